@@ -1,0 +1,308 @@
+"""Typed, frozen run configuration: YAML + ``--set`` overrides, validated in one place.
+
+Every size in the config is GLOBAL (all devices of all processes). Per-device sizes are derived
+in :func:`derive_sizes`, after the device count is known, so the same file describes a run on one
+CPU or on a pod. Nothing here imports jax: the CLI must read a config before jax is imported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ACTIVATIONS = ("tanh", "relu", "gelu", "silu", "elu")
+
+
+class ConfigError(ValueError):
+    """A bad config value; its message is a single line meant for the user."""
+
+
+def _doc(text: str, **kwargs: Any) -> Any:
+    return field(metadata={"help": text}, **kwargs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PPOConfig:
+    gamma: float = _doc("discount factor", default=0.99)
+    gae_lambda: float = _doc("GAE(lambda) bias/variance trade-off", default=0.95)
+    clip_eps: float = _doc("PPO ratio clip range", default=0.2)
+    vf_clip_eps: float | None = _doc("value-loss clip range around the old value; null = off",
+                                     default=None)
+    ent_coef: float = _doc("entropy bonus coefficient", default=0.01)
+    vf_coef: float = _doc("value-loss coefficient", default=0.5)
+    max_grad_norm: float = _doc("global-norm gradient clipping", default=0.5)
+    learning_rate: float = _doc("Adam learning rate (initial, if annealed)", default=2.5e-4)
+    anneal_lr: bool = _doc("linearly anneal the learning rate to 0 over training", default=True)
+    adam_eps: float = _doc("Adam epsilon", default=1e-5)
+    update_epochs: int = _doc("passes over each rollout", default=4)
+    num_minibatches: int = _doc("global minibatches per epoch (must divide num_steps)", default=4)
+    normalize_advantages: bool = _doc("normalise advantages over the global minibatch",
+                                      default=True)
+    normalize_observations: bool = _doc("running observation normalisation (global moments)",
+                                        default=False)
+    bootstrap_truncation: bool = _doc("bootstrap V(final obs) at time-limit truncations",
+                                      default=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkConfig:
+    actor_hidden: tuple[int, ...] = _doc("actor MLP hidden sizes", default=(64, 64))
+    critic_hidden: tuple[int, ...] = _doc("critic MLP hidden sizes", default=(64, 64))
+    activation: str = _doc(f"hidden activation, one of {', '.join(ACTIVATIONS)}", default="tanh")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Config:
+    env: str = _doc("gymnax environment id, e.g. CartPole-v1", default="CartPole-v1")
+    seed: int = _doc("PRNG seed; same seed + config = same result on any topology", default=0)
+    total_timesteps: int = _doc("global environment steps to train for", default=500_000)
+    num_envs: int = _doc("GLOBAL number of parallel environments (split over devices)",
+                         default=4)
+    num_steps: int = _doc("rollout length per environment per update", default=128)
+    updates_per_call: int = _doc("updates fused into one compiled call (= logging interval)",
+                                 default=10)
+    checkpoint_every: int = _doc("updates between checkpoints; 0 = only at the end", default=0)
+    keep_checkpoints: int = _doc("how many recent checkpoints to keep", default=3)
+    eval_every: int = _doc("updates between deterministic evaluations; 0 = off", default=0)
+    eval_episodes: int = _doc("global number of evaluation episodes (one per eval env)",
+                              default=16)
+    target_return: float | None = _doc("stop early once eval return reaches this; null = off",
+                                       default=None)
+    ppo: PPOConfig = field(default_factory=PPOConfig)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Sizes derived from the config and the device count (global unless named ``local_``)."""
+
+    num_devices: int
+    local_envs: int            # environments per device
+    batch_size: int            # env steps per update, global
+    num_updates: int
+    steps_per_minibatch: int   # time steps of every environment in one minibatch
+
+
+# --------------------------------------------------------------------------------------------
+# Loading and overriding
+
+
+def _type_name(tp: Any) -> str:
+    return getattr(tp, "__name__", str(tp)).replace("NoneType", "null")
+
+
+def _coerce(path: str, tp: Any, value: Any) -> Any:
+    """Check ``value`` against the annotation ``tp``; returns the value in canonical form."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        options = typing.get_args(tp)
+        if value is None and type(None) in options:
+            return None
+        for option in options:
+            if option is type(None):
+                continue
+            try:
+                return _coerce(path, option, value)
+            except ConfigError:
+                pass
+        raise ConfigError(f"config key '{path}': expected {' or '.join(map(_type_name, options))},"
+                          f" got {value!r}")
+    if origin is tuple:
+        (item_tp, _) = typing.get_args(tp)
+        if isinstance(value, int) and not isinstance(value, bool):
+            value = [value]
+        if not isinstance(value, (list, tuple)):
+            raise ConfigError(f"config key '{path}': expected a list of {_type_name(item_tp)},"
+                              f" e.g. [64, 64], got {value!r}")
+        return tuple(_coerce(f"{path}[{i}]", item_tp, v) for i, v in enumerate(value))
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+    elif tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+            return int(value)  # 1e6 in YAML is a float
+    elif tp is float:
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            return float(value)
+    elif tp is str:
+        if isinstance(value, str):
+            return value
+    else:  # pragma: no cover - only the types above are used
+        raise TypeError(tp)
+    raise ConfigError(f"config key '{path}': expected {_type_name(tp)}, got {value!r}")
+
+
+def _build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"config section '{prefix.rstrip('.') or '<root>'}' must be a mapping,"
+                          f" got {data!r}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        raise ConfigError(f"unknown config key '{prefix}{unknown[0]}'; allowed keys here: "
+                          f"{', '.join(prefix + name for name in fields)}")
+    kwargs = {}
+    for name, value in data.items():
+        tp = hints[name]
+        if dataclasses.is_dataclass(tp):
+            kwargs[name] = _build(tp, value, f"{prefix}{name}.")
+        else:
+            kwargs[name] = _coerce(prefix + name, tp, value)
+    return cls(**kwargs)
+
+
+def to_dict(config: Config) -> dict[str, Any]:
+    """Plain-data view (tuples as lists) suitable for YAML/JSON."""
+
+    def convert(x: Any) -> Any:
+        if isinstance(x, dict):
+            return {k: convert(v) for k, v in x.items()}
+        if isinstance(x, tuple):
+            return [convert(v) for v in x]
+        return x
+
+    return convert(dataclasses.asdict(config))
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    """Apply ``KEY=VALUE`` strings (dotted keys, YAML-parsed values) to a nested dict."""
+    data = yaml.safe_load(yaml.safe_dump(data))  # deep copy of plain data
+    for item in overrides:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"--set expects KEY=VALUE (e.g. --set num_envs=8), got {item!r}")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else raw
+        except yaml.YAMLError:
+            value = raw
+        node = data
+        parts = key.split(".")
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {key}: '{part}' is not a config section")
+            node = child
+        node[parts[-1]] = value
+    return data
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """Read a config file with ``yaml.safe_load`` (no tags, no code)."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file not found: {path} (pass a YAML file such as "
+                          f"configs/cartpole.yaml)")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"config file {path} is not valid YAML{where}: "
+                          f"{getattr(e, 'problem', None) or e}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {path} must contain a mapping of keys, got "
+                          f"{type(data).__name__}")
+    return data
+
+
+def from_dict(data: dict[str, Any]) -> Config:
+    config = _build(Config, data)
+    check(config)
+    return config
+
+
+def load(path: str | Path | None, overrides: list[str] = ()) -> Config:
+    """Config from an optional YAML file plus ``KEY=VALUE`` overrides."""
+    data = load_yaml(path) if path is not None else {}
+    return from_dict(apply_overrides(data, list(overrides)))
+
+
+# --------------------------------------------------------------------------------------------
+# Validation
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def check(config: Config) -> None:
+    """Checks that need no device count."""
+    c, p, n = config, config.ppo, config.network
+    _require(c.seed >= 0, f"seed must be >= 0, got {c.seed}")
+    for name in ("num_envs", "num_steps", "total_timesteps", "updates_per_call",
+                 "keep_checkpoints", "eval_episodes"):
+        _require(getattr(c, name) >= 1, f"{name} must be >= 1, got {getattr(c, name)}")
+    for name in ("checkpoint_every", "eval_every"):
+        _require(getattr(c, name) >= 0, f"{name} must be >= 0 (0 = off), got {getattr(c, name)}")
+    _require(c.total_timesteps >= c.num_envs * c.num_steps,
+             f"total_timesteps ({c.total_timesteps}) must be at least one update: num_envs x "
+             f"num_steps = {c.num_envs * c.num_steps}")
+    _require(p.update_epochs >= 1, f"ppo.update_epochs must be >= 1, got {p.update_epochs}")
+    _require(p.num_minibatches >= 1, f"ppo.num_minibatches must be >= 1, got {p.num_minibatches}")
+    _require(c.num_steps % p.num_minibatches == 0,
+             f"num_steps ({c.num_steps}) must be divisible by ppo.num_minibatches "
+             f"({p.num_minibatches}): each minibatch takes num_steps/num_minibatches steps of "
+             f"every environment")
+    _require(0.0 <= p.gamma <= 1.0, f"ppo.gamma must be in [0, 1], got {p.gamma}")
+    _require(0.0 <= p.gae_lambda <= 1.0, f"ppo.gae_lambda must be in [0, 1], got {p.gae_lambda}")
+    _require(p.clip_eps > 0, f"ppo.clip_eps must be > 0, got {p.clip_eps}")
+    _require(p.vf_clip_eps is None or p.vf_clip_eps > 0,
+             f"ppo.vf_clip_eps must be > 0 or null, got {p.vf_clip_eps}")
+    _require(p.learning_rate > 0, f"ppo.learning_rate must be > 0, got {p.learning_rate}")
+    _require(p.max_grad_norm > 0, f"ppo.max_grad_norm must be > 0, got {p.max_grad_norm}")
+    for name in ("ent_coef", "vf_coef"):
+        _require(getattr(p, name) >= 0, f"ppo.{name} must be >= 0, got {getattr(p, name)}")
+    _require(n.activation in ACTIVATIONS,
+             f"network.activation must be one of {', '.join(ACTIVATIONS)}, got {n.activation!r}")
+    for name in ("actor_hidden", "critic_hidden"):
+        sizes = getattr(n, name)
+        _require(all(s >= 1 for s in sizes),
+                 f"network.{name} sizes must be >= 1, got {list(sizes)}")
+
+
+def derive_sizes(config: Config, num_devices: int) -> Sizes:
+    """Per-device sizes; errors name the key and the values that would work."""
+    c = config
+    if c.num_envs % num_devices:
+        ok = [k * num_devices for k in range(1, 4)]
+        raise ConfigError(f"num_envs ({c.num_envs}) must be divisible by the number of devices "
+                          f"({num_devices}); e.g. num_envs={ok[0]}, {ok[1]} or {ok[2]}")
+    if c.eval_every and c.eval_episodes % num_devices:
+        raise ConfigError(f"eval_episodes ({c.eval_episodes}) must be divisible by the number of "
+                          f"devices ({num_devices})")
+    batch = c.num_envs * c.num_steps
+    num_updates = c.total_timesteps // batch
+    return Sizes(
+        num_devices=num_devices,
+        local_envs=c.num_envs // num_devices,
+        batch_size=batch,
+        num_updates=num_updates,
+        steps_per_minibatch=c.num_steps // c.ppo.num_minibatches,
+    )
+
+
+def describe() -> list[tuple[str, str, str]]:
+    """(dotted key, default, help) for every field; used by ``--help-config``."""
+    rows = []
+
+    def walk(cls: type, prefix: str) -> None:
+        for f in dataclasses.fields(cls):
+            if f.default_factory is not dataclasses.MISSING:  # a section
+                walk(type(f.default_factory()), f"{prefix}{f.name}.")
+            else:
+                rows.append((prefix + f.name, repr(f.default), f.metadata.get("help", "")))
+
+    walk(Config, "")
+    return rows

@@ -1,0 +1,166 @@
+"""The distributed runtime: one idempotent initialize/shutdown and process-level helpers.
+
+Workers learn their place in the job from environment variables (set by
+``python -m jaxrl_dist.launch``, or by hand under ``srun``/``mpirun``):
+
+    JAXRL_COORDINATOR       host:port of process 0's coordination service
+    JAXRL_NUM_PROCESSES     total number of processes
+    JAXRL_PROCESS_ID        this process's global rank
+    JAXRL_LOCAL_RANK        rank on this node;  JAXRL_LOCAL_WORLD_SIZE  processes on this node
+    JAXRL_AUTO=1            let jax.distributed.initialize() discover SLURM/MPI/TPU/Kubernetes
+    JAXRL_BIND_ADDRESS      interface the coordinator listens on (default: the coordinator host)
+    JAXRL_INIT_TIMEOUT, JAXRL_HEARTBEAT_TIMEOUT   seconds
+
+JAX's coordination service does rendezvous and health checks; XLA's collectives move the data.
+Nothing here sends bytes itself. Helpers below are collectives: EVERY process must call them, in
+the same order.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any, Iterator
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+DEFAULT_INIT_TIMEOUT = 60
+DEFAULT_HEARTBEAT_TIMEOUT = 10   # a dead peer takes the job down in well under 30 s
+DEFAULT_SHUTDOWN_TIMEOUT = 30
+
+_initialized_here = False
+
+
+def _env_int(name: str, default: int | None = None) -> int | None:
+    value = os.environ.get(name)
+    if value in (None, ""):
+        return default
+    try:
+        return int(value)
+    except ValueError:
+        raise ValueError(f"environment variable {name} must be an integer, got {value!r}") from None
+
+
+def is_configured() -> bool:
+    """Whether this process was told (by env vars) to join a multi-process job."""
+    return bool(os.environ.get("JAXRL_COORDINATOR") or os.environ.get("JAXRL_AUTO") == "1")
+
+
+def initialize() -> None:
+    """Join the job described by the ``JAXRL_*`` variables; a no-op for a single process.
+
+    Idempotent: safe to call from a custom script and again from the trainer.
+    """
+    global _initialized_here
+    if _initialized_here or not is_configured():
+        return
+    kwargs: dict[str, Any] = dict(
+        initialization_timeout=_env_int("JAXRL_INIT_TIMEOUT", DEFAULT_INIT_TIMEOUT),
+        heartbeat_timeout_seconds=_env_int("JAXRL_HEARTBEAT_TIMEOUT", DEFAULT_HEARTBEAT_TIMEOUT),
+        shutdown_timeout_seconds=DEFAULT_SHUTDOWN_TIMEOUT,
+    )
+    if os.environ.get("JAXRL_AUTO") != "1":
+        coordinator = os.environ["JAXRL_COORDINATOR"]
+        kwargs.update(
+            coordinator_address=coordinator,
+            num_processes=_env_int("JAXRL_NUM_PROCESSES"),
+            process_id=_env_int("JAXRL_PROCESS_ID"),
+            # Listen only on the interface we were given, not on every interface.
+            coordinator_bind_address=os.environ.get("JAXRL_BIND_ADDRESS") or coordinator,
+        )
+        local_devices = os.environ.get("JAXRL_LOCAL_DEVICE_IDS")
+        if local_devices:
+            kwargs["local_device_ids"] = [int(x) for x in local_devices.split(",")]
+    jax.distributed.initialize(**kwargs)
+    _initialized_here = True
+    expected = _env_int("JAXRL_NUM_PROCESSES")
+    if expected is not None and jax.process_count() != expected:
+        raise RuntimeError(f"joined a job of {jax.process_count()} processes but "
+                           f"JAXRL_NUM_PROCESSES={expected}")
+
+
+def shutdown() -> None:
+    """Leave the job cleanly (waits for the other processes at JAX's shutdown barrier)."""
+    global _initialized_here
+    if _initialized_here:
+        jax.distributed.shutdown()
+        _initialized_here = False
+
+
+@contextlib.contextmanager
+def distributed_context() -> Iterator[None]:
+    """Initialize on entry, always shut down on exit (the DDPContext pattern).
+
+    On an exception in a multi-process job the traceback is printed and the process exits at
+    once (:func:`fail_fast`): JAX's blocking shutdown barrier would otherwise hold it for minutes
+    and turn its exit code into SIGABRT. Peers are then brought down by the launcher or by JAX's
+    heartbeat.
+    """
+    initialize()
+    try:
+        yield
+    except BaseException as error:
+        if _initialized_here:
+            fail_fast(error)
+        raise
+    shutdown()
+
+
+def exit_code_for(error: BaseException) -> int:
+    if isinstance(error, SystemExit):
+        code = error.code
+        return code if isinstance(code, int) else (0 if code is None else 1)
+    if isinstance(error, KeyboardInterrupt):
+        return 130
+    return 1
+
+
+def fail_fast(error: BaseException) -> None:
+    """Print ``error`` and leave without JAX's shutdown barrier, keeping the real exit code."""
+    import sys
+    import traceback
+
+    if not isinstance(error, SystemExit):
+        traceback.print_exception(error)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(exit_code_for(error))
+
+
+def process_index() -> int:
+    return jax.process_index()
+
+
+def process_count() -> int:
+    return jax.process_count()
+
+
+def is_main_process() -> bool:
+    return jax.process_index() == 0
+
+
+def barrier(name: str) -> None:
+    """Wait until every process reaches ``name`` (a collective)."""
+    if jax.process_count() > 1:
+        multihost_utils.sync_global_devices(name)
+
+
+def broadcast(value: Any) -> Any:
+    """Process 0's ``value`` (a pytree of numbers/arrays) on every process."""
+    if jax.process_count() == 1:
+        return value
+    return jax.tree.map(np.asarray, multihost_utils.broadcast_one_to_all(value))
+
+
+def allgather(value: Any) -> np.ndarray:
+    """Stack every process's host value along a new leading axis (index = process)."""
+    if jax.process_count() == 1:
+        return np.asarray(value)[None]
+    return np.asarray(multihost_utils.process_allgather(np.asarray(value)))
+
+
+def allreduce_sum(value: Any) -> np.ndarray:
+    """Sum of a host scalar/array over processes."""
+    return allgather(value).sum(axis=0)

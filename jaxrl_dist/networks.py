@@ -1,0 +1,119 @@
+"""Actor and critic MLPs (flax) and the two action distributions PPO needs.
+
+Networks hold no RNG state and know nothing about sharding; parameters are one plain pytree
+``{"actor": ..., "critic": ...}`` so the optimizer, checkpoints and fingerprints see one tree.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_dist.config import NetworkConfig
+from jaxrl_dist.envs import EnvSpec
+
+_LOG_2PI = float(np.log(2.0 * np.pi))
+
+
+class Categorical(NamedTuple):
+    logits: jax.Array   # [..., A]
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        return jax.random.categorical(key, self.logits)
+
+    def mode(self) -> jax.Array:
+        return jnp.argmax(self.logits, axis=-1)
+
+    def log_prob(self, action: jax.Array) -> jax.Array:
+        logp = jax.nn.log_softmax(self.logits)
+        return jnp.take_along_axis(logp, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
+
+    def entropy(self) -> jax.Array:
+        logp = jax.nn.log_softmax(self.logits)
+        return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
+
+
+class DiagGaussian(NamedTuple):
+    mean: jax.Array      # [..., A]
+    log_std: jax.Array   # [..., A]
+
+    def sample(self, key: jax.Array) -> jax.Array:
+        return self.mean + jnp.exp(self.log_std) * jax.random.normal(key, self.mean.shape)
+
+    def mode(self) -> jax.Array:
+        return self.mean
+
+    def log_prob(self, action: jax.Array) -> jax.Array:
+        z = (action - self.mean) * jnp.exp(-self.log_std)
+        return jnp.sum(-0.5 * z**2 - self.log_std - 0.5 * _LOG_2PI, axis=-1)
+
+    def entropy(self) -> jax.Array:
+        return jnp.sum(self.log_std + 0.5 * (1.0 + _LOG_2PI), axis=-1)
+
+
+class MLP(nn.Module):
+    hidden: Sequence[int]
+    out_dim: int
+    activation: str
+    out_scale: float
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        act = getattr(nn, self.activation)
+        x = x.reshape(x.shape[0], -1)  # image-like observations (MinAtar) are flattened
+        for size in self.hidden:
+            x = act(nn.Dense(size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+        return nn.Dense(self.out_dim, kernel_init=nn.initializers.orthogonal(self.out_scale))(x)
+
+
+class Actor(nn.Module):
+    config: NetworkConfig
+    action_dim: int
+    continuous: bool
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> Categorical | DiagGaussian:
+        out = MLP(self.config.actor_hidden, self.action_dim, self.config.activation, 0.01)(obs)
+        if not self.continuous:
+            return Categorical(out)
+        log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
+        return DiagGaussian(out, jnp.broadcast_to(log_std, out.shape))
+
+
+class Critic(nn.Module):
+    config: NetworkConfig
+
+    @nn.compact
+    def __call__(self, obs: jax.Array) -> jax.Array:
+        return MLP(self.config.critic_hidden, 1, self.config.activation, 1.0)(obs)[:, 0]
+
+
+class Networks(NamedTuple):
+    """Pure functions over the parameter tree; observations are batched ``[B, *obs]``."""
+
+    init: Callable[[jax.Array], Any]
+    policy: Callable[[Any, jax.Array], Categorical | DiagGaussian]
+    value: Callable[[Any, jax.Array], jax.Array]
+
+
+def make_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
+    actor = Actor(config, spec.action_dim, spec.continuous)
+    critic = Critic(config)
+    dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
+
+    def init(key: jax.Array) -> Any:
+        key_actor, key_critic = jax.random.split(key)
+        return {"actor": actor.init(key_actor, dummy)["params"],
+                "critic": critic.init(key_critic, dummy)["params"]}
+
+    def policy(params: Any, obs: jax.Array) -> Categorical | DiagGaussian:
+        return actor.apply({"params": params["actor"]}, obs)
+
+    def value(params: Any, obs: jax.Array) -> jax.Array:
+        return critic.apply({"params": params["critic"]}, obs)
+
+    return Networks(init, policy, value)

@@ -1,0 +1,116 @@
+"""Run files, TensorBoard and the console progress line. Process 0 is the only writer.
+
+Metrics arriving here are already global (reduced inside the compiled program), so writing them
+from one process loses nothing. Other processes get a :class:`NullReporter`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+# Per-update sums that are aggregated over a logging interval by summing, not averaging.
+_SUMS = ("episode_return_sum", "episode_length_sum", "episodes")
+
+
+def aggregate(metrics: dict[str, np.ndarray]) -> dict[str, float | None]:
+    """Collapse ``[K]``-stacked per-update metrics of one interval into one row."""
+    row: dict[str, float | None] = {}
+    episodes = float(np.sum(metrics["episodes"]))
+    for name, values in metrics.items():
+        if name in _SUMS:
+            continue
+        row[name] = float(np.mean(values)) if name != "learning_rate" else float(values[-1])
+    row["episodes"] = episodes
+    row["episode_return"] = (float(np.sum(metrics["episode_return_sum"])) / episodes
+                             if episodes else None)
+    row["episode_length"] = (float(np.sum(metrics["episode_length_sum"])) / episodes
+                             if episodes else None)
+    return row
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None  # JSON has no NaN/inf
+    return value
+
+
+class NullReporter:
+    """What non-zero processes use: every call is a no-op."""
+
+    def start(self, *args: Any, **kwargs: Any) -> None: ...
+    def log(self, row: dict[str, Any]) -> None: ...
+    def message(self, text: str) -> None: ...
+    def finish(self, summary: dict[str, Any]) -> None: ...
+
+
+class RunReporter(NullReporter):
+    """config.yaml, metrics.jsonl, summary.json, TensorBoard events and one live progress line."""
+
+    def __init__(self, run_dir: Path, total_steps: int, progress: bool = True,
+                 tensorboard: bool = True):
+        self.run_dir = Path(run_dir)
+        self.total_steps = total_steps
+        self.progress = progress
+        self.tensorboard = tensorboard
+        self._bar = None
+        self._tb = None
+        self._metrics = None
+
+    def start(self, config_dict: dict[str, Any], env_steps: int = 0) -> None:
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        (self.run_dir / "config.yaml").write_text(
+            yaml.safe_dump(config_dict, sort_keys=False))
+        self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
+        if self.tensorboard:
+            from tensorboardX import SummaryWriter
+            self._tb = SummaryWriter(str(self.run_dir / "tb"), flush_secs=10)
+        if self.progress:
+            from tqdm import tqdm
+            self._bar = tqdm(total=self.total_steps, initial=env_steps, unit="step",
+                             unit_scale=True, dynamic_ncols=True, file=sys.stderr,
+                             mininterval=0.5 if sys.stderr.isatty() else 30.0,
+                             bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} "
+                                        "[{elapsed}<{remaining}{postfix}]")
+
+    def log(self, row: dict[str, Any]) -> None:
+        row = {k: _clean(v) for k, v in row.items()}
+        self._metrics.write(json.dumps(row) + "\n")
+        step = int(row["env_steps"])
+        if self._tb is not None:
+            for name, value in row.items():
+                if name != "env_steps" and isinstance(value, (int, float)):
+                    self._tb.add_scalar(name if "/" in name else f"train/{name}", value, step)
+        if self._bar is not None:
+            ret = row.get("episode_return")
+            postfix = {"sps": f"{row.get('sps', 0):,.0f}"}
+            if ret is not None:
+                postfix["return"] = f"{ret:.1f}"
+            if row.get("eval/return_mean") is not None:
+                postfix["eval"] = f"{row['eval/return_mean']:.1f}"
+            self._bar.set_postfix(postfix, refresh=False)
+            self._bar.update(step - self._bar.n)
+
+    def message(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def finish(self, summary: dict[str, Any]) -> None:
+        if self._bar is not None:
+            self._bar.close()
+        if self._tb is not None:
+            self._tb.close()
+        if self._metrics is not None:
+            self._metrics.close()
+        summary = {k: _clean(v) for k, v in summary.items()}
+        tmp = self.run_dir / "summary.json.tmp"
+        tmp.write_text(json.dumps(summary, indent=2) + "\n")
+        tmp.replace(self.run_dir / "summary.json")

@@ -1,0 +1,111 @@
+"""python -m jaxrl_dist.train CONFIG [--set KEY=VALUE ...] [--run-dir DIR] [--cpu-devices N]
+
+Train PPO on every device this process (and, when launched by ``jaxrl_dist.launch``, every
+process of the job) can see. Bad input ends with one line on stderr and exit code 2.
+
+This module imports jax only after parsing the command line: ``--cpu-devices`` works by setting
+XLA_FLAGS, which jax reads once when it starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+from jaxrl_dist.config import ConfigError
+
+# Work around jaxlib 0.10.2's CPU runtime idling forever on small machines in long programs.
+CPU_SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+EXIT_BAD_INPUT = 2
+
+
+class OneLineParser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse prints usage + message; we print one line
+        sys.stderr.write(f"{self.prog}: error: {message} (see --help)\n")
+        sys.exit(EXIT_BAD_INPUT)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(prog="python -m jaxrl_dist.train",
+                           description="Data-parallel PPO on one global JAX mesh.")
+    parser.add_argument("config", nargs="?", help="YAML config, e.g. configs/cartpole.yaml")
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        metavar="KEY=VALUE", help="override a config key (dotted for nesting); "
+                        "repeatable, e.g. --set num_envs=8 --set ppo.learning_rate=1e-3")
+    parser.add_argument("--run-dir", help="where run files go (default runs/ENV-seedS-TIME)")
+    parser.add_argument("--cpu-devices", type=int, metavar="N",
+                        help="make this process see N CPU devices (simulates N accelerators)")
+    parser.add_argument("--no-progress", action="store_true", help="no live progress line")
+    parser.add_argument("--help-config", action="store_true",
+                        help="list every config key with its default and meaning")
+    return parser
+
+
+def set_xla_env(cpu_devices: int | None, environ=os.environ) -> None:
+    """Flags jax reads at import: device count, CPU-only platform, hang workaround."""
+    flags = environ.get("XLA_FLAGS", "")
+    if cpu_devices is not None:
+        flags = " ".join(f for f in flags.split()
+                         if not f.startswith("--xla_force_host_platform_device_count"))
+        flags += f" --xla_force_host_platform_device_count={cpu_devices}"
+        environ["JAX_PLATFORMS"] = "cpu"
+    if "concurrency_optimized_scheduler" not in flags:
+        flags += " " + CPU_SCHEDULER_FLAG
+    environ["XLA_FLAGS"] = flags.strip()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.help_config:
+        from jaxrl_dist.config import describe
+        for key, default, text in describe():
+            print(f"{key:<32} {default:<14} {text}")
+        return 0
+    if args.config is None:
+        build_parser().error("missing CONFIG (a YAML file such as configs/cartpole.yaml)")
+    if args.cpu_devices is not None and args.cpu_devices < 1:
+        build_parser().error(f"--cpu-devices must be >= 1, got {args.cpu_devices}")
+
+    from jaxrl_dist import config as config_lib
+    try:
+        config = config_lib.load(args.config, args.overrides)
+    except ConfigError as e:
+        return _bad_input(e)
+
+    if args.cpu_devices is not None and "jax" in sys.modules:
+        return _bad_input("--cpu-devices must be applied before jax is imported; "
+                          "run the CLI in a fresh process")
+    set_xla_env(args.cpu_devices)
+
+    from jaxrl_dist import distributed
+    from jaxrl_dist.envs import EnvError
+    from jaxrl_dist.trainer import RunError, train
+
+    try:
+        summary = train(config, args.run_dir, progress=not args.no_progress)
+    except (ConfigError, EnvError, RunError) as e:
+        if distributed.process_count() > 1:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            distributed.fail_fast(SystemExit(EXIT_BAD_INPUT))
+        return _bad_input(e)
+    except BaseException as e:  # noqa: BLE001 - a failing worker must not wait at the barrier
+        if distributed.process_count() > 1:
+            distributed.fail_fast(e)
+        raise
+    if distributed.is_main_process():
+        keys = ("env_steps", "final_return", "sps", "compile_time_s", "wall_time_s",
+                "param_fingerprint", "run_dir")
+        print(json.dumps({k: summary[k] for k in keys}), flush=True)
+    distributed.shutdown()
+    return 0
+
+
+def _bad_input(error: object) -> int:
+    print(f"error: {error}", file=sys.stderr, flush=True)
+    return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,202 @@
+"""The one place with collectives: the PPO update as one SPMD program over the global mesh.
+
+Each device runs the body of :func:`jax.shard_map` on its shard of the environments; parameters
+and optimizer state are replicated. Collectives over ``DATA_AXIS`` make every statistic global:
+
+* the loss that is differentiated is ``pmean(local mean loss)``, so its gradient is the mean over
+  the global minibatch. (With replicated params, ``grad`` of the LOCAL loss would already be the
+  SUM over devices, and the pmap-era ``pmean(grad(local_loss))`` would silently scale the update by
+  the device count: see shared/DESIGN.md section 2 and tests/test_update.py.)
+* advantage normalisation, observation moments, explained variance and episode statistics use
+  ``psum`` of sums and counts.
+
+Minibatches are stratified by environment: every epoch, each environment's time steps are
+permuted with a key derived from its global index, and minibatch ``m`` takes slice ``m`` of every
+environment. The set of samples in a global minibatch therefore does not depend on how the
+environments are spread over devices, which is what makes results topology-invariant.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+from jax.sharding import Mesh
+
+from jaxrl_dist import envs as envs_lib
+from jaxrl_dist import losses, rollout
+from jaxrl_dist.config import Config, Sizes
+from jaxrl_dist.envs import EnvSpec
+from jaxrl_dist.networks import Networks, make_networks
+from jaxrl_dist.sharding import DATA_AXIS, REPLICATED, SHARDED
+from jaxrl_dist.types import RunState, TrainState
+
+STATE_SPECS = RunState(train=REPLICATED, envs=SHARDED)
+
+
+def make_optimizer(config: Config, sizes: Sizes) -> tuple[optax.GradientTransformation,
+                                                          Callable[[jax.Array], jax.Array]]:
+    """Adam with global-norm clipping; returns (optimizer, lr schedule over SGD steps)."""
+    p = config.ppo
+    if p.anneal_lr:
+        schedule = optax.linear_schedule(
+            p.learning_rate, 0.0,
+            transition_steps=sizes.num_updates * p.update_epochs * p.num_minibatches)
+    else:
+        schedule = optax.constant_schedule(p.learning_rate)
+    optimizer = optax.chain(optax.clip_by_global_norm(p.max_grad_norm),
+                            optax.adam(schedule, eps=p.adam_eps))
+    return optimizer, schedule
+
+
+def global_mean_std(x: jax.Array, axis_name: str) -> tuple[jax.Array, jax.Array]:
+    """Mean and (population) std of ``x`` over every device's shard."""
+    count = jax.lax.psum(jnp.float32(x.size), axis_name)
+    mean = jax.lax.psum(jnp.sum(x), axis_name) / count
+    var = jax.lax.psum(jnp.sum(jnp.square(x - mean)), axis_name) / count
+    return mean, jnp.sqrt(var)
+
+
+def make_sgd_step(config: Config, nets: Networks, optimizer: optax.GradientTransformation,
+                  axis_name: str = DATA_AXIS) -> Callable:
+    """One gradient step on a global minibatch; call inside shard_map over ``axis_name``.
+
+    (params, opt_state, local minibatch with RAW advantages) -> (params, opt_state, LossInfo,
+    grad_norm). Every output is replicated (identical on all devices).
+    """
+    p = config.ppo
+
+    def sgd_step(params: Any, opt_state: Any, batch: losses.LossInputs):
+        if p.normalize_advantages:
+            mean, std = global_mean_std(batch.advantage, axis_name)
+            batch = batch._replace(advantage=(batch.advantage - mean) / (std + 1e-8))
+
+        def global_loss(params):
+            loss, info = losses.ppo_loss(params, batch, nets.policy, nets.value, p.clip_eps,
+                                         p.vf_clip_eps, p.ent_coef, p.vf_coef)
+            # Every shard has the same size, so the mean of local means is the global mean.
+            return jax.lax.pmean(loss, axis_name), jax.lax.pmean(info, axis_name)
+
+        grads, info = jax.grad(global_loss, has_aux=True)(params)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, info, optax.global_norm(grads)
+
+    return sgd_step
+
+
+class Programs(NamedTuple):
+    """The jitted programs of a run; all take and return global arrays."""
+
+    init: Callable[[], RunState]
+    update: Callable[[RunState, int], tuple[RunState, dict[str, jax.Array]]]
+    nets: Networks
+    schedule: Callable
+
+
+def _local_env_ids(num_local: int) -> jax.Array:
+    return jax.lax.axis_index(DATA_AXIS) * num_local + jnp.arange(num_local)
+
+
+def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Programs:
+    """Build init and the K-updates-per-call update program over ``mesh``."""
+    p = config.ppo
+    nets = make_networks(config.network, spec)
+    optimizer, schedule = make_optimizer(config, sizes)
+    sgd_step = make_sgd_step(config, nets, optimizer)
+    T, E, M = config.num_steps, sizes.local_envs, p.num_minibatches
+
+    # ---------------------------------------------------------------------------- init
+    def init_local() -> RunState:
+        key_params, key_envs, key_train = jax.random.split(jax.random.PRNGKey(config.seed), 3)
+        params = nets.init(key_params)
+        env_ids = _local_env_ids(E)
+        slots = jax.vmap(lambda k: envs_lib.reset(spec, k))(rollout.env_keys(key_envs, env_ids))
+        train = TrainState(params, optimizer.init(params),
+                           losses.init_moments(spec.obs_shape), key_train, jnp.int32(0))
+        return RunState(train, slots)
+
+    # ---------------------------------------------------------------------------- update
+    def one_update(state: RunState, _) -> tuple[RunState, dict[str, jax.Array]]:
+        train = state.train
+        env_ids = _local_env_ids(E)
+        key, key_rollout, key_shuffle = jax.random.split(train.key, 3)
+
+        def normalize_fn(x):
+            return losses.normalize(train.obs_moments, x) if p.normalize_observations else x
+
+        # COLLECT TRAJECTORIES
+        slots, traj = rollout.collect(spec, nets, train.params, normalize_fn, state.envs,
+                                      env_ids, key_rollout, T, p.gamma, p.bootstrap_truncation)
+
+        # ADVANTAGES
+        last_value = nets.value(train.params, normalize_fn(slots.obs))
+        advantages, targets = losses.compute_gae(traj.reward, traj.value, traj.done,
+                                                 last_value, p.gamma, p.gae_lambda)
+        data = losses.LossInputs(normalize_fn(traj.obs), traj.action, traj.log_prob,
+                                 traj.value, advantages, targets)
+
+        # UPDATE NETWORK: epochs x stratified minibatches
+        def epoch(carry, key_epoch):
+            perms = jax.vmap(lambda e: jax.random.permutation(
+                jax.random.fold_in(key_epoch, e), T))(env_ids)                     # [E, T]
+
+            def to_minibatches(x):                                                 # [T, E, ...]
+                x = jax.vmap(lambda xe, pe: xe[pe])(jnp.swapaxes(x, 0, 1), perms)  # [E, T, ...]
+                x = x.reshape(E, M, T // M, *x.shape[2:])
+                return jnp.swapaxes(x, 0, 1).reshape(M, E * (T // M), *x.shape[3:])
+
+            def minibatch(carry, batch):
+                params, opt_state, info, gnorm = sgd_step(*carry, batch)
+                return (params, opt_state), (info, gnorm)
+
+            return jax.lax.scan(minibatch, carry, jax.tree.map(to_minibatches, data))
+
+        (params, opt_state), (info, grad_norm) = jax.lax.scan(
+            epoch, (train.params, train.opt_state), jax.random.split(key_shuffle, p.update_epochs))
+
+        # OBSERVATION STATISTICS (global moments of this rollout, used from the next one on)
+        moments = train.obs_moments
+        if p.normalize_observations:
+            flat = traj.obs.reshape(-1, *spec.obs_shape)
+            count = jax.lax.psum(jnp.float32(flat.shape[0]), DATA_AXIS)
+            mean = jax.lax.psum(jnp.sum(flat, 0), DATA_AXIS) / count
+            var = jax.lax.psum(jnp.sum(jnp.square(flat - mean), 0), DATA_AXIS) / count
+            moments = losses.merge_moments(moments, mean, var, count)
+
+        # METRICS (global)
+        psum = lambda x: jax.lax.psum(x, DATA_AXIS)
+        finished = traj.finished_length > 0
+        y_mean, y_std = global_mean_std(targets, DATA_AXIS)
+        _, resid_std = global_mean_std(targets - traj.value, DATA_AXIS)
+        metrics = {
+            "episode_return_sum": psum(jnp.sum(traj.finished_return)),
+            "episode_length_sum": psum(jnp.sum(traj.finished_length).astype(jnp.float32)),
+            "episodes": psum(jnp.sum(finished).astype(jnp.float32)),
+            "total_loss": jnp.mean(info.total),
+            "policy_loss": jnp.mean(info.policy_loss),
+            "value_loss": jnp.mean(info.value_loss),
+            "entropy": jnp.mean(info.entropy),
+            "approx_kl": jnp.mean(info.approx_kl),
+            "clip_fraction": jnp.mean(info.clip_fraction),
+            "grad_norm": jnp.mean(grad_norm),
+            "explained_variance": 1.0 - jnp.square(resid_std) / (jnp.square(y_std) + 1e-8),
+            "learning_rate": schedule(train.update * p.update_epochs * M),
+            "value_mean": y_mean,
+        }
+        new_train = TrainState(params, opt_state, moments, key, train.update + 1)
+        return RunState(new_train, slots), metrics
+
+    def update_local(state: RunState, num_updates: int):
+        return jax.lax.scan(one_update, state, None, length=num_updates)
+
+    init = jax.jit(jax.shard_map(init_local, mesh=mesh, in_specs=(), out_specs=STATE_SPECS))
+
+    def update(state: RunState, num_updates: int):
+        body = jax.shard_map(lambda s: update_local(s, num_updates), mesh=mesh,
+                             in_specs=(STATE_SPECS,), out_specs=(STATE_SPECS, REPLICATED))
+        return body(state)
+
+    update = jax.jit(update, static_argnums=1, donate_argnums=0)
+    return Programs(init, update, nets, schedule)
