@@ -81,7 +81,7 @@ def make_sgd_step(config: Config, nets: Networks, optimizer: optax.GradientTrans
 
         grads, info = jax.grad(global_loss, has_aux=True)(params)
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, info, optax.global_norm(grads)
+        return optax.apply_updates(params, updates), opt_state, info, optax.tree.norm(grads)
 
     return sgd_step
 

@@ -1,0 +1,21 @@
+"""Test setup: 4 CPU devices in this process (set before jax is imported anywhere)."""
+
+import os
+
+os.environ["XLA_FLAGS"] = (
+    "--xla_force_host_platform_device_count=4 "
+    "--xla_cpu_enable_concurrency_optimized_scheduler=false")
+os.environ["JAX_PLATFORMS"] = "cpu"
+
+import pytest  # noqa: E402
+
+from jaxrl_dist import config as config_lib  # noqa: E402
+
+# A tiny CartPole config shared by tests so they share compiled programs where they can.
+TINY = dict(env="CartPole-v1", seed=3, total_timesteps=8 * 16 * 6, num_envs=8, num_steps=16,
+            updates_per_call=3, ppo=dict(update_epochs=2, num_minibatches=2))
+
+
+@pytest.fixture
+def tiny_config():
+    return config_lib.from_dict(TINY)

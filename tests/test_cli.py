@@ -1,0 +1,80 @@
+"""Bad input: one line on stderr, exit code 2, no traceback, nothing written."""
+
+import subprocess
+import sys
+
+import pytest
+
+from jaxrl_dist import train as train_cli
+
+CFG = "configs/cartpole.yaml"
+
+BAD = [  # (argv, words the one-line message must contain)
+    ([CFG, "--set", "ppo.foo=1"], ["ppo.foo", "allowed"]),
+    ([CFG, "--set", "nope=1"], ["nope", "allowed"]),
+    ([CFG, "--set", "num_envs=abc"], ["num_envs", "int"]),
+    ([CFG, "--set", "num_envs=2.5"], ["num_envs", "int"]),
+    ([CFG, "--set", "ppo.anneal_lr=maybe"], ["ppo.anneal_lr", "bool"]),
+    ([CFG, "--set", "num_steps=130"], ["num_steps", "num_minibatches"]),
+    ([CFG, "--set", "num_envs=6"], ["num_envs", "devices", "num_envs=4"]),  # 4 test devices
+    ([CFG, "--set", "num_envs=0"], ["num_envs", ">= 1"]),
+    ([CFG, "--set", "total_timesteps=100"], ["total_timesteps", "one update"]),
+    ([CFG, "--set", "ppo.learning_rate=-1"], ["ppo.learning_rate", "> 0"]),
+    ([CFG, "--set", "ppo.gamma=1.5"], ["ppo.gamma"]),
+    ([CFG, "--set", "network.activation=sigmoid"], ["network.activation", "tanh"]),
+    ([CFG, "--set", "network.actor_hidden=[64, x]"], ["network.actor_hidden"]),
+    ([CFG, "--set", "env=Nope-v0"], ["Nope-v0", "CartPole-v1"]),
+    ([CFG, "--set", "ppo=3"], ["ppo", "mapping"]),
+    ([CFG, "--set", "num_envs"], ["KEY=VALUE"]),
+    (["missing.yaml"], ["not found", "missing.yaml"]),
+    ([], ["CONFIG"]),
+    ([CFG, "--cpu-devices", "0"], ["--cpu-devices"]),
+    ([CFG, "--bogus"], ["--bogus"]),
+]
+
+
+@pytest.mark.parametrize("argv,words", BAD, ids=[" ".join(a[1:]) or "empty" for a, _ in BAD])
+def test_bad_input_is_one_line(argv, words, capsys, tmp_path):
+    argv = argv + ["--run-dir", str(tmp_path / "run")] if argv else argv
+    with pytest.raises(SystemExit) as exit_info:
+        sys.exit(train_cli.main(argv))
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert "Traceback" not in err
+    for word in words:
+        assert word in err, (word, err)
+    assert not (tmp_path / "run").exists()
+
+
+def test_invalid_yaml_file(tmp_path, capsys):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("env: [unclosed\n")
+    assert train_cli.main([str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "not valid YAML" in err and len(err.strip().splitlines()) == 1
+
+
+def test_yaml_tags_are_not_executed(tmp_path, capsys):
+    bad = tmp_path / "evil.yaml"
+    marker = tmp_path / "pwned"
+    bad.write_text(f"env: !!python/object/apply:os.system ['touch {marker}']\n")
+    assert train_cli.main([str(bad)]) == 2
+    assert not marker.exists()
+    assert "not valid YAML" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(120)
+def test_real_cli_bad_input_exit_code():
+    proc = subprocess.run([sys.executable, "-m", "jaxrl_dist.train", CFG, "--set",
+                           "ppo.clip=0.1"], capture_output=True, text=True, timeout=100)
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [proc.stderr.strip()]
+    assert "unknown config key 'ppo.clip'" in proc.stderr
+
+
+def test_help_config_lists_every_key(capsys):
+    assert train_cli.main(["--help-config"]) == 0
+    out = capsys.readouterr().out
+    for key in ("env", "num_envs", "ppo.clip_eps", "network.activation"):
+        assert key in out
