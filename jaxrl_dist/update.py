@@ -3,10 +3,10 @@
 Each device runs the body of :func:`jax.shard_map` on its shard of the environments; parameters
 and optimizer state are replicated. Collectives over ``DATA_AXIS`` make every statistic global:
 
-* the loss that is differentiated is ``pmean(local mean loss)``, so its gradient is the mean over
-  the global minibatch. (With replicated params, ``grad`` of the LOCAL loss would already be the
-  SUM over devices, and the pmap-era ``pmean(grad(local_loss))`` would silently scale the update by
-  the device count: see shared/DESIGN.md section 2 and tests/test_update.py.)
+* the gradient is the mean over the global minibatch (see :func:`make_sgd_step`). Beware: with
+  replicated params, ``grad`` of the LOCAL loss already returns the SUM over devices, and the
+  pmap-era ``pmean(grad(local_loss))`` silently scales the update by the device count: see
+  shared/DESIGN.md section 2 and tests/test_update.py.
 * advantage normalisation, observation moments, explained variance and episode statistics use
   ``psum`` of sums and counts.
 
@@ -23,6 +23,7 @@ from typing import Any, Callable, NamedTuple
 import jax
 import jax.numpy as jnp
 import optax
+from jax.flatten_util import ravel_pytree
 from jax.sharding import Mesh
 
 from jaxrl_dist import envs as envs_lib
@@ -52,11 +53,11 @@ def make_optimizer(config: Config, sizes: Sizes) -> tuple[optax.GradientTransfor
 
 
 def global_mean_std(x: jax.Array, axis_name: str) -> tuple[jax.Array, jax.Array]:
-    """Mean and (population) std of ``x`` over every device's shard."""
-    count = jax.lax.psum(jnp.float32(x.size), axis_name)
-    mean = jax.lax.psum(jnp.sum(x), axis_name) / count
-    var = jax.lax.psum(jnp.sum(jnp.square(x - mean)), axis_name) / count
-    return mean, jnp.sqrt(var)
+    """Mean and (population) std of ``x`` over every device's shard, in ONE all-reduce."""
+    sums = jax.lax.psum(jnp.stack([jnp.sum(x), jnp.sum(jnp.square(x)),
+                                   jnp.float32(x.size)]), axis_name)
+    mean = sums[0] / sums[2]
+    return mean, jnp.sqrt(jnp.maximum(sums[1] / sums[2] - jnp.square(mean), 0.0))
 
 
 def make_sgd_step(config: Config, nets: Networks, optimizer: optax.GradientTransformation,
@@ -65,21 +66,27 @@ def make_sgd_step(config: Config, nets: Networks, optimizer: optax.GradientTrans
 
     (params, opt_state, local minibatch with RAW advantages) -> (params, opt_state, LossInfo,
     grad_norm). Every output is replicated (identical on all devices).
+
+    The gradient is the mean over the global minibatch: each device differentiates its local
+    mean loss w.r.t. a device-varying copy of the parameters (so no implicit psum is inserted),
+    then gradients and loss statistics travel in ONE ``pmean`` of a flat vector. Shards are
+    equal-sized, so the mean of local means is the global mean. Small collectives are latency
+    bound (gloo on CPU, NCCL across hosts), so fusing them is what keeps multi-process fast.
     """
     p = config.ppo
+
+    def local_loss(params, batch):
+        return losses.ppo_loss(params, batch, nets.policy, nets.value, p.clip_eps,
+                               p.vf_clip_eps, p.ent_coef, p.vf_coef)
 
     def sgd_step(params: Any, opt_state: Any, batch: losses.LossInputs):
         if p.normalize_advantages:
             mean, std = global_mean_std(batch.advantage, axis_name)
             batch = batch._replace(advantage=(batch.advantage - mean) / (std + 1e-8))
-
-        def global_loss(params):
-            loss, info = losses.ppo_loss(params, batch, nets.policy, nets.value, p.clip_eps,
-                                         p.vf_clip_eps, p.ent_coef, p.vf_coef)
-            # Every shard has the same size, so the mean of local means is the global mean.
-            return jax.lax.pmean(loss, axis_name), jax.lax.pmean(info, axis_name)
-
-        grads, info = jax.grad(global_loss, has_aux=True)(params)
+        local_params = jax.lax.pcast(params, axis_name, to="varying")
+        grads, info = jax.grad(local_loss, has_aux=True)(local_params, batch)
+        flat, unravel = ravel_pytree((grads, info))
+        grads, info = unravel(jax.lax.pmean(flat, axis_name))
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, info, optax.tree.norm(grads)
 
@@ -165,15 +172,22 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
             var = jax.lax.psum(jnp.sum(jnp.square(flat - mean), 0), DATA_AXIS) / count
             moments = losses.merge_moments(moments, mean, var, count)
 
-        # METRICS (global)
-        psum = lambda x: jax.lax.psum(x, DATA_AXIS)
-        finished = traj.finished_length > 0
-        y_mean, y_std = global_mean_std(targets, DATA_AXIS)
-        _, resid_std = global_mean_std(targets - traj.value, DATA_AXIS)
+        # METRICS: every global sum in one all-reduce
+        residual = targets - traj.value
+        sums = jax.lax.psum(jnp.stack([
+            jnp.sum(traj.finished_return),
+            jnp.sum(traj.finished_length).astype(jnp.float32),
+            jnp.sum(traj.finished_length > 0).astype(jnp.float32),
+            jnp.sum(targets), jnp.sum(jnp.square(targets)),
+            jnp.sum(residual), jnp.sum(jnp.square(residual)),
+            jnp.float32(targets.size)]), DATA_AXIS)
+        n = sums[7]
+        target_var = sums[4] / n - jnp.square(sums[3] / n)
+        residual_var = sums[6] / n - jnp.square(sums[5] / n)
         metrics = {
-            "episode_return_sum": psum(jnp.sum(traj.finished_return)),
-            "episode_length_sum": psum(jnp.sum(traj.finished_length).astype(jnp.float32)),
-            "episodes": psum(jnp.sum(finished).astype(jnp.float32)),
+            "episode_return_sum": sums[0],
+            "episode_length_sum": sums[1],
+            "episodes": sums[2],
             "total_loss": jnp.mean(info.total),
             "policy_loss": jnp.mean(info.policy_loss),
             "value_loss": jnp.mean(info.value_loss),
@@ -181,9 +195,9 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
             "approx_kl": jnp.mean(info.approx_kl),
             "clip_fraction": jnp.mean(info.clip_fraction),
             "grad_norm": jnp.mean(grad_norm),
-            "explained_variance": 1.0 - jnp.square(resid_std) / (jnp.square(y_std) + 1e-8),
+            "explained_variance": 1.0 - residual_var / (target_var + 1e-8),
             "learning_rate": schedule(train.update * p.update_epochs * M),
-            "value_mean": y_mean,
+            "value_mean": sums[3] / n,
         }
         new_train = TrainState(params, opt_state, moments, key, train.update + 1)
         return RunState(new_train, slots), metrics
