@@ -164,3 +164,104 @@ def allgather(value: Any) -> np.ndarray:
 def allreduce_sum(value: Any) -> np.ndarray:
     """Sum of a host scalar/array over processes."""
     return allgather(value).sum(axis=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# Worker-side supervision hooks (used by the trainer; inert without the launcher's env vars)
+
+EXIT_PREEMPTED = 75   # stopped on SIGTERM at an agreed update, state saved: resumable
+
+_stop_requested = False
+
+
+def install_worker_hooks() -> None:
+    """SIGUSR1 dumps every thread's Python stack (the launcher's hang probe). In a single
+    process, SIGTERM/SIGINT request a stop at the next update boundary; in a multi-process job
+    JAX's preemption service owns SIGTERM (see :func:`should_stop`). Call after initialize()."""
+    import faulthandler
+    import signal
+
+    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+    if jax.process_count() > 1:
+        return
+
+    def request_stop(signum, frame):
+        global _stop_requested
+        if _stop_requested:  # second signal: give up on a clean stop
+            os._exit(128 + signum)
+        _stop_requested = True
+
+    signal.signal(signal.SIGTERM, request_stop)
+    signal.signal(signal.SIGINT, request_stop)
+
+
+def should_stop(step: int) -> bool:
+    """Whether to stop at ``step``, decided identically on every process (a collective).
+
+    Multi-process: JAX's preemption service receives SIGTERM on any process, and the
+    coordination service agrees on a step that every process reaches (no device collective,
+    so checking it at every call costs nothing until a notice arrives). ``step`` must count
+    0, 1, 2, ... (the agreed step is the largest step seen + 1).
+    """
+    if jax.process_count() == 1:
+        return _stop_requested
+    return bool(multihost_utils.reached_preemption_sync_point(step))
+
+
+_phase = None
+
+
+def heartbeat(phase: str = "train") -> None:
+    """Tell the launcher this worker is making progress: touches JAXRL_HEARTBEAT_FILE, whose
+    content is the phase. The launcher's hang timeout applies in the "train" phase only, so a
+    long compile is not mistaken for a hang."""
+    global _phase
+    path = os.environ.get("JAXRL_HEARTBEAT_FILE")
+    if not path:
+        return
+    if phase != _phase:
+        with open(path, "w") as f:
+            f.write(phase)
+        _phase = phase
+    else:
+        os.utime(path)
+
+
+def write_error_file(error: BaseException) -> None:
+    """Leave the traceback where the launcher's failure summary will find it."""
+    path = os.environ.get("JAXRL_ERROR_FILE")
+    if path:
+        import traceback
+
+        with open(path, "w") as f:
+            f.write("".join(traceback.format_exception(error)))
+
+
+def maybe_inject_fault(updates_done: int) -> None:
+    """Test hook, inert unless JAXRL_FAULT is set: ``KIND@RANK:UPDATE`` makes process RANK
+    ``raise``, ``exit`` (code 3), ``hang`` or ``kill`` (SIGKILL itself) once it has completed
+    UPDATE updates. With JAXRL_FAULT_ONCE=PATH it fires only if PATH does not exist yet."""
+    spec = os.environ.get("JAXRL_FAULT")
+    if not spec:
+        return
+    kind, _, where = spec.partition("@")
+    rank, _, update = where.partition(":")
+    if jax.process_index() != int(rank) or updates_done < int(update):
+        return
+    once = os.environ.get("JAXRL_FAULT_ONCE")
+    if once:
+        if os.path.exists(once):
+            return
+        open(once, "w").close()
+    if kind == "raise":
+        raise RuntimeError(f"injected fault on rank {rank} after update {updates_done}")
+    if kind == "exit":
+        os._exit(3)
+    if kind == "kill":
+        import signal
+        os.kill(os.getpid(), signal.SIGKILL)
+    if kind == "hang":
+        import time
+        while True:
+            time.sleep(1)
+    raise ValueError(f"JAXRL_FAULT: unknown kind {kind!r} (raise, exit, kill, hang)")

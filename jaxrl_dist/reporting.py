@@ -60,6 +60,7 @@ class RunReporter(NullReporter):
         self.progress = progress
         self.tensorboard = tensorboard
         self._bar = None
+        self._initial_steps = 0
         self._tb = None
         self._metrics = None
 
@@ -71,13 +72,17 @@ class RunReporter(NullReporter):
         if self.tensorboard:
             from tensorboardX import SummaryWriter
             self._tb = SummaryWriter(str(self.run_dir / "tb"), flush_secs=10)
-        if self.progress:
+        self._initial_steps = env_steps
+
+    def _progress_bar(self):
+        if self._bar is None and self.progress:
             from tqdm import tqdm
-            self._bar = tqdm(total=self.total_steps, initial=env_steps, unit="step",
+            self._bar = tqdm(total=self.total_steps, initial=self._initial_steps, unit="step",
                              unit_scale=True, dynamic_ncols=True, file=sys.stderr,
                              mininterval=0.5 if sys.stderr.isatty() else 30.0,
                              bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} "
                                         "[{elapsed}<{remaining}{postfix}]")
+        return self._bar
 
     def log(self, row: dict[str, Any]) -> None:
         row = {k: _clean(v) for k, v in row.items()}
@@ -87,7 +92,7 @@ class RunReporter(NullReporter):
             for name, value in row.items():
                 if name != "env_steps" and isinstance(value, (int, float)):
                     self._tb.add_scalar(name if "/" in name else f"train/{name}", value, step)
-        if self._bar is not None:
+        if self._progress_bar() is not None:
             ret = row.get("episode_return")
             postfix = {"sps": f"{row.get('sps', 0):,.0f}"}
             if ret is not None:

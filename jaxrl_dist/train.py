@@ -91,15 +91,18 @@ def main(argv: list[str] | None = None) -> int:
             distributed.fail_fast(SystemExit(EXIT_BAD_INPUT))
         return _bad_input(e)
     except BaseException as e:  # noqa: BLE001 - a failing worker must not wait at the barrier
+        distributed.write_error_file(e)
         if distributed.process_count() > 1:
             distributed.fail_fast(e)
         raise
-    if distributed.is_main_process():
-        keys = ("env_steps", "final_return", "sps", "compile_time_s", "wall_time_s",
-                "param_fingerprint", "run_dir")
-        print(json.dumps({k: summary[k] for k in keys}), flush=True)
+    # Every rank prints its summary line (non-zero ranks into their own log under the launcher),
+    # so replica agreement can be checked from the outside.
+    keys = ("status", "env_steps", "final_return", "sps", "compile_time_s", "wall_time_s",
+            "param_norm", "param_fingerprint", "run_dir")
+    print(json.dumps({"rank": distributed.process_index(), **{k: summary[k] for k in keys}}),
+          flush=True)
     distributed.shutdown()
-    return 0
+    return distributed.EXIT_PREEMPTED if summary["status"] == "preempted" else 0
 
 
 def _bad_input(error: object) -> int:

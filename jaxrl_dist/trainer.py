@@ -89,6 +89,8 @@ def train(
     """
     start = time.perf_counter()
     distributed.initialize()
+    distributed.install_worker_hooks()
+    distributed.heartbeat("setup")
     is_main = distributed.is_main_process()
 
     # ------------------------------------------------------------------ SETUP
@@ -139,13 +141,21 @@ def train(
         last_time = now
         rows.append(row)
         reporter.log(row)
+        distributed.heartbeat()
 
-    for n in calls:
+    distributed.heartbeat()
+    status = "completed"
+    for call_index, n in enumerate(calls):
         state, metrics = compiled[n](state)
         updates_done += n
         if pending is not None:
             emit(pending)
         pending = (metrics, updates_done, n)
+        distributed.maybe_inject_fault(updates_done)
+        if distributed.should_stop(call_index):
+            status = "preempted"
+            reporter.message(f"stop requested: stopping after update {updates_done}")
+            break
     if pending is not None:
         emit(pending)
     jax.block_until_ready(state)
@@ -156,6 +166,7 @@ def train(
     returns = [r["episode_return"] for r in rows if r["episode_return"] is not None]
     summary = {
         "env": spec.name,
+        "status": status,
         "env_steps": updates_done * sizes.batch_size,
         "updates": updates_done,
         "wall_time_s": time.perf_counter() - start,

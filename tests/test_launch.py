@@ -1,0 +1,283 @@
+"""The launcher: real multi-process runs on 127.0.0.1, failures, hangs, signals, bad input."""
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from jaxrl_dist import launch
+
+CFG = "configs/cartpole.yaml"
+# 4 envs x 32 steps, 10 updates: small enough to compile and run in seconds per process.
+TINY = ["--set", "num_envs=4", "--set", "num_steps=32", "--set", "updates_per_call=5",
+        "--set", "total_timesteps=1280", "--set", "ppo.num_minibatches=2"]
+LONG = ["--set", "num_envs=4", "--set", "num_steps=32", "--set", "updates_per_call=5",
+        "--set", "total_timesteps=10000000"]
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    env.update(extra)
+    return env
+
+
+def run_launcher(args, timeout=180, **env):
+    return subprocess.run([sys.executable, "-m", "jaxrl_dist.launch", *args], env=_env(**env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def summaries(log_dir: Path) -> dict[int, dict]:
+    """The summary line every rank prints at the end, read from each rank's log."""
+    out = {}
+    for log in sorted(log_dir.glob("rank*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            line = line.rsplit("\r", 1)[-1]
+            if line.startswith('{"rank"'):
+                row = json.loads(line)
+                out[row["rank"]] = row
+    return out
+
+
+def _workers_of(marker: str) -> dict[int, int]:
+    """rank -> pid of live trainer processes whose command line contains ``marker``."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"jaxrl_dist.train" in cmd and marker.encode() in b" ".join(cmd):
+            for item in environ:
+                if item.startswith(b"JAXRL_PROCESS_ID="):
+                    found[int(item.split(b"=")[1])] = int(proc.name)
+    return found
+
+
+def _wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Real runs
+
+
+@pytest.mark.timeout(400)
+def test_two_processes_match_one_process_four_devices(tmp_path):
+    run = tmp_path / "mp"
+    proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "2", CFG, *TINY,
+                         "--run-dir", str(run)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = summaries(run / "logs")
+    assert set(ranks) == {0, 1}
+    assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"]  # replicas identical
+    assert ranks[0]["env_steps"] == 1280
+    assert (run / "summary.json").exists() and (run / "metrics.jsonl").exists()
+    # only rank 0 writes run files: rank 1's log has no progress line, and nothing else is there
+    assert sorted(p.name for p in run.iterdir()) == ["config.yaml", "logs", "metrics.jsonl",
+                                                     "summary.json", "tb"]
+
+    single = subprocess.run([sys.executable, "-m", "jaxrl_dist.train", CFG, *TINY,
+                             "--cpu-devices", "4", "--run-dir", str(tmp_path / "sp"),
+                             "--no-progress"], env=_env(), capture_output=True, text=True,
+                            timeout=180)
+    assert single.returncode == 0, single.stderr[-3000:]
+    ref = json.loads(single.stdout.strip().splitlines()[-1])
+    assert abs(ranks[0]["param_norm"] - ref["param_norm"]) <= 1e-4 * ref["param_norm"]
+
+
+@pytest.mark.timeout(300)
+def test_two_launchers_as_two_nodes(tmp_path):
+    port = launch.pick_free_port()
+    run = tmp_path / "run"
+    common = ["--nnodes", "2", "--coordinator", f"127.0.0.1:{port}", "--cpu-devices-per-proc",
+              "2"]
+    nodes = [subprocess.Popen([sys.executable, "-m", "jaxrl_dist.launch", *common,
+                               "--node-rank", str(r), "--log-dir", str(tmp_path / f"logs{r}"),
+                               CFG, *TINY, "--run-dir", str(run)],
+                              env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for r in (0, 1)]
+    outs = [n.communicate(timeout=240) for n in nodes]
+    assert [n.returncode for n in nodes] == [0, 0], [o[1][-2000:] for o in outs]
+    assert "loopback coordinator" in outs[0][1]  # the warning for nnodes > 1 on 127.0.0.1
+    r0, r1 = summaries(tmp_path / "logs0")[0], summaries(tmp_path / "logs1")[1]
+    assert r0["param_fingerprint"] == r1["param_fingerprint"]
+    assert not (tmp_path / "logs1" / "metrics.jsonl").exists()
+
+
+# ------------------------------------------------------------------------------------------------
+# Failures: every process gone, launcher names the rank, bounded time
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("victim", [1, 0])
+def test_kill_9_a_rank_tears_down_the_job(tmp_path, victim):
+    run = tmp_path / "run"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "jaxrl_dist.launch", "--nproc-per-node", "2",
+         "--cpu-devices-per-proc", "2", CFG, *LONG, "--run-dir", str(run)],
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: (run / "metrics.jsonl").exists()
+                  and (run / "metrics.jsonl").read_text().count("\n") >= 1, 150, "training")
+        workers = _workers_of(str(run))
+        assert set(workers) == {0, 1}
+        killed_at = time.monotonic()
+        os.kill(workers[victim], signal.SIGKILL)
+        _, err = launcher.communicate(timeout=30)
+        elapsed = time.monotonic() - killed_at
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 128 + 9, err[-2000:]
+    assert f"rank {victim} " in err and "SIGKILL" in err, err[-2000:]
+    assert elapsed < 30
+    assert _workers_of(str(run)) == {}
+
+
+@pytest.mark.timeout(200)
+def test_exception_shows_traceback_and_exit_code_1(tmp_path):
+    run = tmp_path / "run"
+    start = time.monotonic()
+    proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "2", CFG, *LONG,
+                         "--run-dir", str(run)], JAXRL_FAULT="raise@1:10")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "rank 1 " in proc.stderr and "exited with code 1" in proc.stderr
+    assert "Traceback" in proc.stderr and "injected fault on rank 1" in proc.stderr
+    assert time.monotonic() - start < 120
+    assert _workers_of(str(run)) == {}
+
+
+@pytest.mark.timeout(200)
+def test_stuck_worker_is_detected_and_its_stacks_dumped(tmp_path):
+    run = tmp_path / "run"
+    proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "2",
+                         "--hang-timeout", "6", CFG, *LONG, "--run-dir", str(run)],
+                        JAXRL_FAULT="hang@1:10")
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "rank 1 " in proc.stderr and "made no progress" in proc.stderr
+    log = (run / "logs" / "rank1.log").read_text(errors="replace")
+    assert "maybe_inject_fault" in log and "most recent call first" in log  # faulthandler dump
+    assert _workers_of(str(run)) == {}
+
+
+@pytest.mark.timeout(200)
+def test_sigterm_to_launcher_stops_workers_at_an_agreed_update(tmp_path):
+    run = tmp_path / "run"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "jaxrl_dist.launch", "--nproc-per-node", "2",
+         "--cpu-devices-per-proc", "2", CFG, *LONG, "--run-dir", str(run)],
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: (run / "metrics.jsonl").exists()
+                  and (run / "metrics.jsonl").read_text().count("\n") >= 1, 150, "training")
+        sent = time.monotonic()
+        launcher.send_signal(signal.SIGTERM)
+        _, err = launcher.communicate(timeout=30)
+        elapsed = time.monotonic() - sent
+    finally:
+        launcher.kill()
+    assert launcher.returncode == launch.EXIT_PREEMPTED, err[-3000:]
+    assert elapsed < 10
+    ranks = summaries(run / "logs")
+    assert ranks[0]["status"] == ranks[1]["status"] == "preempted"
+    assert ranks[0]["env_steps"] == ranks[1]["env_steps"] < 10_000_000
+    assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad input: one line, exit 2, nothing started
+
+
+BAD = [
+    (["--nnodes", "0", CFG], "--nnodes must be >= 1"),
+    (["--nproc-per-node", "0", CFG], "--nproc-per-node must be >= 1"),
+    (["--nnodes", "2", "--node-rank", "2", "--coordinator", "127.0.0.1:5555", CFG],
+     "--node-rank must be in 0..1"),
+    (["--node-rank", "-1", CFG], "--node-rank must be in 0..0"),
+    (["--nnodes", "2", CFG], "--coordinator HOST:PORT is required"),
+    (["--coordinator", "localhost", CFG], "expected HOST:PORT"),
+    (["--coordinator", "10.0.0.1:99999", CFG], "port must be 1-65535"),
+    (["--coordinator", "10.0.0.1:abc", CFG], "port must be 1-65535"),
+    (["--coordinator", "::1:5555", CFG], "IPv6 addresses in brackets"),
+    (["--cpu-devices-per-proc", "0", CFG], "--cpu-devices-per-proc must be >= 1"),
+    (["--nnodes", "two", CFG], "invalid int value"),
+    (["missing.yaml"], "config file not found: missing.yaml"),
+    ([], "missing CONFIG"),
+    (["--auto", "--nproc-per-node", "2", CFG], "--auto starts one worker"),
+    (["--auto", "--coordinator", "10.0.0.1:5555", CFG], "drop --coordinator"),
+    (["--hang-timeout", "0", CFG], "--hang-timeout must be > 0"),
+    (["--max-restarts", "-1", CFG], "--max-restarts must be >= 0"),
+    ([CFG, "--cpu-devices", "2"], "--cpu-devices-per-proc to the launcher"),
+    (["--coordinator", "192.0.2.1:5555", CFG], "must run on the coordinator host"),
+]
+
+
+@pytest.mark.parametrize("argv,message", BAD, ids=[m for _, m in BAD])
+def test_bad_launcher_input(argv, message, capsys):
+    assert launch.main(argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1, err
+    assert message in err, err
+
+
+def test_bad_environment_variable(capsys, monkeypatch):
+    monkeypatch.setenv("JAXRL_NPROC_PER_NODE", "lots")
+    assert launch.main([CFG]) == 2
+    assert "JAXRL_NPROC_PER_NODE='lots'" in capsys.readouterr().err
+
+
+def test_coordinator_port_in_use(capsys):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        assert launch.main(["--coordinator", f"127.0.0.1:{port}", CFG]) == 2
+    err = capsys.readouterr().err
+    assert f"port {port} on 127.0.0.1 is already in use" in err and len(err.splitlines()) == 1
+
+
+def test_environment_variables_stand_in_for_flags():
+    cfg = launch.parse_args([CFG], {"JAXRL_NNODES": "3", "JAXRL_NODE_RANK": "2",
+                                    "JAXRL_NPROC_PER_NODE": "4",
+                                    "JAXRL_COORDINATOR": "10.1.2.3:7000"})
+    assert (cfg.nnodes, cfg.node_rank, cfg.nproc_per_node, cfg.coordinator) == (
+        3, 2, 4, "10.1.2.3:7000")
+    flags_win = launch.parse_args(["--nnodes", "1", CFG], {"JAXRL_NNODES": "3"})
+    assert flags_win.nnodes == 1
+
+
+def test_plan_assigns_global_ranks_and_devices():
+    cfg = launch.parse_args(["--nnodes", "2", "--node-rank", "1", "--nproc-per-node", "2",
+                             "--coordinator", "[::1]:6000", CFG, "--set", "seed=1"], {})
+    workers = launch.plan(cfg, base_env={})
+    assert [w.global_rank for w in workers] == [2, 3]
+    assert [w.env["JAXRL_LOCAL_DEVICE_IDS"] for w in workers] == ["0", "1"]  # 1 GPU each
+    assert all(w.env["JAXRL_COORDINATOR"] == "[::1]:6000" for w in workers)
+    assert all(w.env["JAXRL_NUM_PROCESSES"] == "4" for w in workers)
+    assert all(w.cmd[-1] == "--no-progress" for w in workers)  # only rank 0 shows progress
+    auto = launch.plan(launch.parse_args(["--auto", CFG], {}), base_env={})
+    assert auto[0].env["JAXRL_AUTO"] == "1" and "JAXRL_PROCESS_ID" not in auto[0].env
+
+
+def test_dry_run_prints_every_worker_and_starts_nothing(tmp_path, capsys):
+    assert launch.main(["--dry-run", "--nproc-per-node", "2", "--cpu-devices-per-proc", "3",
+                        "--log-dir", str(tmp_path / "logs"), CFG]) == 0
+    out = capsys.readouterr()
+    assert "node 0/1, 2 process(es) here" in out.err
+    assert "JAXRL_PROCESS_ID=0" in out.out and "JAXRL_PROCESS_ID=1" in out.out
+    assert out.out.count("--xla_force_host_platform_device_count=3") == 2
+    assert "jaxrl_dist.train configs/cartpole.yaml" in out.out
+    assert not (tmp_path / "logs").exists()
