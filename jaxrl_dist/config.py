@@ -67,13 +67,16 @@ class Config:
     num_steps: int = _doc("rollout length per environment per update", default=128)
     updates_per_call: int = _doc("updates fused into one compiled call (= logging interval)",
                                  default=10)
-    checkpoint_every: int = _doc("updates between checkpoints; 0 = only at the end", default=0)
+    checkpoint_every: int = _doc("updates between checkpoints (also saved at start, end and on "
+                                 "preemption); 0 = only those", default=100)
     keep_checkpoints: int = _doc("how many recent checkpoints to keep", default=3)
     eval_every: int = _doc("updates between deterministic evaluations; 0 = off", default=0)
     eval_episodes: int = _doc("global number of evaluation episodes (one per eval env)",
                               default=16)
     target_return: float | None = _doc("stop early once eval return reaches this; null = off",
                                        default=None)
+    check_replicas_every: int = _doc("updates between cross-process parameter fingerprint "
+                                     "comparisons; 0 = off", default=100)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
 
@@ -121,6 +124,11 @@ def _coerce(path: str, tp: Any, value: Any) -> Any:
             raise ConfigError(f"config key '{path}': expected a list of {_type_name(item_tp)},"
                               f" e.g. [64, 64], got {value!r}")
         return tuple(_coerce(f"{path}[{i}]", item_tp, v) for i, v in enumerate(value))
+    if tp in (int, float) and isinstance(value, str):
+        try:  # YAML 1.1 reads 1e-3 (no dot) as a string; accept it as the number it means
+            value = float(value)
+        except ValueError:
+            pass
     if tp is bool:
         if isinstance(value, bool):
             return value
@@ -244,7 +252,7 @@ def check(config: Config) -> None:
     for name in ("num_envs", "num_steps", "total_timesteps", "updates_per_call",
                  "keep_checkpoints", "eval_episodes"):
         _require(getattr(c, name) >= 1, f"{name} must be >= 1, got {getattr(c, name)}")
-    for name in ("checkpoint_every", "eval_every"):
+    for name in ("checkpoint_every", "eval_every", "check_replicas_every"):
         _require(getattr(c, name) >= 0, f"{name} must be >= 0 (0 = off), got {getattr(c, name)}")
     _require(c.total_timesteps >= c.num_envs * c.num_steps,
              f"total_timesteps ({c.total_timesteps}) must be at least one update: num_envs x "

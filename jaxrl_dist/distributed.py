@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import jax
 import numpy as np
@@ -174,16 +174,24 @@ EXIT_PREEMPTED = 75   # stopped on SIGTERM at an agreed update, state saved: res
 _stop_requested = False
 
 
-def install_worker_hooks() -> None:
+def install_worker_hooks() -> Callable[[], None]:
     """SIGUSR1 dumps every thread's Python stack (the launcher's hang probe). In a single
     process, SIGTERM/SIGINT request a stop at the next update boundary; in a multi-process job
-    JAX's preemption service owns SIGTERM (see :func:`should_stop`). Call after initialize()."""
+    JAX's preemption service owns SIGTERM (see :func:`should_stop`). Call after initialize().
+    Returns a function that puts the previous handlers back."""
     import faulthandler
     import signal
+    import sys
 
-    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
-    if jax.process_count() > 1:
-        return
+    global _stop_requested
+    _stop_requested = False
+    restore: list[Callable[[], None]] = []
+    try:
+        faulthandler.register(signal.SIGUSR1, file=sys.__stderr__, all_threads=True,
+                              chain=False)
+        restore.append(lambda: faulthandler.unregister(signal.SIGUSR1))
+    except (AttributeError, ValueError, OSError):  # no real stderr (embedded interpreters)
+        pass
 
     def request_stop(signum, frame):
         global _stop_requested
@@ -191,8 +199,19 @@ def install_worker_hooks() -> None:
             os._exit(128 + signum)
         _stop_requested = True
 
-    signal.signal(signal.SIGTERM, request_stop)
-    signal.signal(signal.SIGINT, request_stop)
+    signals = [] if jax.process_count() > 1 else [signal.SIGTERM, signal.SIGINT]
+    for sig in signals:
+        try:
+            previous = signal.signal(sig, request_stop)
+        except ValueError:  # not the main thread: leave signals alone
+            break
+        restore.append(lambda sig=sig, previous=previous: signal.signal(sig, previous))
+
+    def undo() -> None:
+        for fn in reversed(restore):
+            fn()
+
+    return undo
 
 
 def should_stop(step: int) -> bool:

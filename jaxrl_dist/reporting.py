@@ -41,6 +41,17 @@ def _clean(value: Any) -> Any:
     return value
 
 
+def truncate_metrics(path: Path, max_updates: int) -> None:
+    """On resume, drop rows logged after the checkpoint we resume from (they will be redone)."""
+    if not path.exists():
+        return
+    kept = [line for line in path.read_text().splitlines()
+            if line.strip() and json.loads(line).get("updates", 0) <= max_updates]
+    tmp = path.with_suffix(".jsonl.tmp")
+    tmp.write_text("".join(line + "\n" for line in kept))
+    tmp.replace(path)
+
+
 class NullReporter:
     """What non-zero processes use: every call is a no-op."""
 

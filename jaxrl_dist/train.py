@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--run-dir", help="where run files go (default runs/ENV-seedS-TIME)")
     parser.add_argument("--cpu-devices", type=int, metavar="N",
                         help="make this process see N CPU devices (simulates N accelerators)")
+    parser.add_argument("--resume", action="store_true",
+                        help="continue the run in --run-dir from its latest checkpoint")
     parser.add_argument("--no-progress", action="store_true", help="no live progress line")
     parser.add_argument("--help-config", action="store_true",
                         help="list every config key with its default and meaning")
@@ -80,13 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     set_xla_env(args.cpu_devices)
 
     from jaxrl_dist import distributed
+    from jaxrl_dist.checkpoint import CheckpointError
     from jaxrl_dist.envs import EnvError
     from jaxrl_dist.trainer import RunError, train
 
     try:
-        summary = train(config, args.run_dir, progress=not args.no_progress)
-    except (ConfigError, EnvError, RunError) as e:
-        if distributed.process_count() > 1:
+        summary = train(config, args.run_dir, resume=args.resume,
+                        progress=not args.no_progress)
+    except (ConfigError, EnvError, RunError, CheckpointError) as e:
+        if distributed.process_count() > 1:  # leave without waiting at the shutdown barrier
             print(f"error: {e}", file=sys.stderr, flush=True)
             distributed.fail_fast(SystemExit(EXIT_BAD_INPUT))
         return _bad_input(e)
@@ -97,8 +101,8 @@ def main(argv: list[str] | None = None) -> int:
         raise
     # Every rank prints its summary line (non-zero ranks into their own log under the launcher),
     # so replica agreement can be checked from the outside.
-    keys = ("status", "env_steps", "final_return", "sps", "compile_time_s", "wall_time_s",
-            "param_norm", "param_fingerprint", "run_dir")
+    keys = ("status", "env_steps", "final_return", "eval_return", "solved_at_env_steps", "sps",
+            "compile_time_s", "wall_time_s", "param_norm", "param_fingerprint", "run_dir")
     print(json.dumps({"rank": distributed.process_index(), **{k: summary[k] for k in keys}}),
           flush=True)
     distributed.shutdown()
@@ -111,4 +115,9 @@ def _bad_input(error: object) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    code = main()
+    # Skip interpreter teardown: orbax/tensorstore worker threads left by a failed restore
+    # would print their own tracebacks after our one-line error. Everything is closed by now.
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)

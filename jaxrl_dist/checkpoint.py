@@ -1,0 +1,120 @@
+"""Checkpoints of the WHOLE run state with orbax: params, optimizer, environments, keys,
+counters and normaliser statistics, plus a JSON record of the config and progress.
+
+orbax writes each checkpoint into a temporary directory and renames it when complete, so a crash
+mid-save leaves the previous checkpoint as the latest. Every process takes part in save and
+restore (each writes/reads its shards of the global arrays). Restoring into the shardings of a
+different mesh reshards, which is how a run saved on one topology resumes on another. No pickle
+is involved: arrays go to tensorstore, metadata to JSON.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import jax
+
+from jaxrl_dist.types import RunState
+
+# Config keys that may change between a run and its resumption: they steer bookkeeping only,
+# not what is computed. Everything else must match the checkpoint.
+RESUMABLE_CHANGES = ("updates_per_call", "checkpoint_every", "keep_checkpoints", "eval_every",
+                     "eval_episodes", "target_return")
+
+
+class CheckpointError(RuntimeError):
+    """Missing, unreadable or incompatible checkpoint; one line for the user."""
+
+
+def _ocp():
+    import orbax.checkpoint as ocp
+
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    return ocp
+
+
+class Checkpointer:
+    def __init__(self, directory: str | Path, keep: int = 3, create: bool = True):
+        ocp = _ocp()
+        self.directory = Path(directory).absolute()
+        self._manager = ocp.CheckpointManager(
+            self.directory,
+            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=create,
+                                                 enable_async_checkpointing=False))
+
+    def latest_step(self) -> int | None:
+        return self._manager.latest_step()
+
+    def all_steps(self) -> list[int]:
+        return list(self._manager.all_steps())
+
+    def save(self, state: RunState, meta: dict[str, Any]) -> None:
+        """Save at step ``meta["updates"]`` (a collective: every process calls it)."""
+        ocp = _ocp()
+        self._manager.save(
+            int(meta["updates"]),
+            args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+                                    meta=ocp.args.JsonSave(meta)),
+            force=True)
+        self._manager.wait_until_finished()
+
+    def restore(self, like: RunState, step: int | None = None) -> tuple[RunState, dict]:
+        """Restore into the shapes and shardings of ``like`` (a state on the CURRENT mesh)."""
+        ocp = _ocp()
+        step = self.latest_step() if step is None else step
+        if step is None:
+            raise CheckpointError(f"no checkpoint in {self.directory}")
+        target = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), like)
+        try:
+            restored = self._manager.restore(
+                step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
+                                              meta=ocp.args.JsonRestore()))
+        except Exception as e:  # orbax/tensorstore raise many types for damaged files
+            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+            raise CheckpointError(f"checkpoint {step} in {self.directory} is unreadable "
+                                  f"({type(e).__name__}: {first}); nothing was changed") from None
+        return restored.state, dict(restored.meta)
+
+    def close(self) -> None:
+        self._manager.close()
+
+
+def check_compatible(saved: dict[str, Any], current: dict[str, Any], prefix: str = "") -> None:
+    """Raise CheckpointError naming the first config key that differs from the checkpoint."""
+    for key in sorted(set(saved) | set(current)):
+        if not prefix and key in RESUMABLE_CHANGES:
+            continue
+        a, b = saved.get(key), current.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            check_compatible(a, b, f"{prefix}{key}.")
+        elif a != b:
+            raise CheckpointError(
+                f"config key '{prefix}{key}' is {b!r} but the checkpoint was trained with {a!r};"
+                f" resume with the run's own config (its config.yaml) or start a new run")
+
+
+def read_checkpoint(directory: str | Path, step: int | None = None
+                    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A checkpoint as plain nested dicts of numpy arrays, plus its metadata, for analysis in
+    one process, whatever topology wrote it (arrays are gathered onto one local device)."""
+    import numpy as np
+
+    ocp = _ocp()
+    manager = ocp.CheckpointManager(
+        Path(directory).absolute(), options=ocp.CheckpointManagerOptions(read_only=True),
+        item_handlers={"state": ocp.StandardCheckpointHandler(),
+                       "meta": ocp.JsonCheckpointHandler()})
+    step = manager.latest_step() if step is None else step
+    if step is None:
+        raise CheckpointError(f"no checkpoint in {directory}")
+    tree = manager.item_metadata(step)["state"]
+    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                          getattr(tree, "tree", tree))
+    restored = manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
+    manager.close()
+    return jax.tree.map(np.asarray, restored.state), dict(restored.meta)

@@ -1,0 +1,84 @@
+"""Deterministic evaluation on dedicated environments spread over every device.
+
+Each eval environment plays ONE episode with the mode of the policy; returns are reduced over
+the whole mesh, so every process gets the same mean/std and can take the same decision (early
+stop at a target return). Eval keys come from their own stream, so evaluating does not change
+what training does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh
+
+from jaxrl_dist import envs as envs_lib
+from jaxrl_dist import losses, rollout
+from jaxrl_dist.config import Config
+from jaxrl_dist.envs import EnvSpec
+from jaxrl_dist.networks import Networks
+from jaxrl_dist.sharding import DATA_AXIS, REPLICATED
+
+EVAL_STREAM = 0x5EED  # folded into the seed so eval keys never collide with training keys
+DEFAULT_MAX_STEPS = 1000
+
+
+def _device_varying(tree: Any) -> Any:
+    """Mark per-device loop state as varying over the data axis (shard_map's type system
+    requires a loop carry to keep its type, and stepping makes every leaf device-varying)."""
+    def cast(x):
+        aval = jax.typeof(x)
+        varying = getattr(aval, "vma", None)  # older jax; 0.10 has manual_axis_type.varying
+        if varying is None:
+            varying = aval.manual_axis_type.varying
+        if DATA_AXIS in varying:
+            return x
+        return jax.lax.pcast(x, DATA_AXIS, to="varying")
+    return jax.tree.map(cast, tree)
+
+
+def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, mesh: Mesh
+                      ) -> Callable[[Any, losses.Moments, jax.Array], dict[str, jax.Array]]:
+    """(params, obs moments, update index) -> {"return_mean", "return_std", "length_mean"}."""
+    local_envs = config.eval_episodes // mesh.size
+    max_steps = int(getattr(spec.params, "max_steps_in_episode", DEFAULT_MAX_STEPS))
+    normalize_obs = config.ppo.normalize_observations
+
+    def local_eval(params, moments, update):
+        key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(config.seed),
+                                                    EVAL_STREAM), update)
+        env_ids = jax.lax.axis_index(DATA_AXIS) * local_envs + jnp.arange(local_envs)
+        key_reset, key_steps = jax.random.split(key)
+        slots = jax.vmap(lambda k: envs_lib.reset(spec, k))(rollout.env_keys(key_reset, env_ids))
+        step_env = jax.vmap(lambda k, s, a: envs_lib.step(spec, k, s, a))
+
+        def cond(carry):
+            t, _, _, _, done = carry
+            return jnp.logical_and(t < max_steps, jnp.logical_not(jnp.all(done)))
+
+        def body(carry):
+            t, slots, ret, length, done = carry
+            obs = losses.normalize(moments, slots.obs) if normalize_obs else slots.obs
+            action = nets.policy(params, obs).mode()
+            keys = rollout.env_keys(jax.random.fold_in(key_steps, t), env_ids)
+            slots, out = step_env(keys, slots, action)
+            ret = jnp.where(done, ret, ret + out.reward)
+            length = jnp.where(done, length, length + 1)
+            done = done | out.terminated | out.truncated
+            return t + 1, slots, ret, length, done
+
+        zeros = jnp.zeros(local_envs)
+        carry = (jnp.int32(0), *_device_varying(
+            (slots, zeros, zeros, jnp.zeros(local_envs, bool))))
+        _, _, ret, length, _ = jax.lax.while_loop(cond, body, carry)
+        sums = jax.lax.psum(jnp.stack([jnp.sum(ret), jnp.sum(jnp.square(ret)), jnp.sum(length),
+                                       jnp.float32(local_envs)]), DATA_AXIS)
+        mean = sums[0] / sums[3]
+        return {"return_mean": mean,
+                "return_std": jnp.sqrt(jnp.maximum(sums[1] / sums[3] - jnp.square(mean), 0.0)),
+                "length_mean": sums[2] / sums[3]}
+
+    return jax.jit(jax.shard_map(local_eval, mesh=mesh, in_specs=(REPLICATED,) * 3,
+                                 out_specs=REPLICATED))

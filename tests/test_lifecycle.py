@@ -1,0 +1,264 @@
+"""Checkpoints, resume, preemption, restarts, evaluation, plotting."""
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from jaxrl_dist.checkpoint import read_checkpoint
+from test_launch import _env, _wait_for, _workers_of, run_launcher, summaries
+
+CFG = "configs/cartpole.yaml"
+# 20 updates of 4 envs x 32 steps, a checkpoint every 5, evaluation every 10.
+SMALL = ["--set", "num_envs=4", "--set", "num_steps=32", "--set", "updates_per_call=5",
+         "--set", "total_timesteps=2560", "--set", "ppo.num_minibatches=2",
+         "--set", "checkpoint_every=5", "--set", "eval_every=10", "--set", "eval_episodes=4"]
+# Long enough (300 updates) to be stopped in the middle.
+LONGER = [a if a != "total_timesteps=2560" else "total_timesteps=38400" for a in SMALL]
+
+
+def train_cli(run_dir, *extra, devices=2, args=SMALL, timeout=240, **env):
+    proc = subprocess.run([sys.executable, "-m", "jaxrl_dist.train", CFG, *args,
+                           "--cpu-devices", str(devices), "--run-dir", str(run_dir),
+                           "--no-progress", *extra],
+                          env=_env(**env), capture_output=True, text=True, timeout=timeout)
+    summary = None
+    for line in proc.stdout.splitlines():
+        if line.startswith('{"rank"'):
+            summary = json.loads(line)
+    return proc, summary
+
+
+def params_of(run_dir):
+    state, meta = read_checkpoint(Path(run_dir) / "checkpoints")
+    return state["train"]["params"], meta
+
+
+def max_rel_diff(a, b):
+    import jax
+    return max(jax.tree.leaves(jax.tree.map(
+        lambda x, y: float(np.max(np.abs(x - y)) / (np.max(np.abs(y)) + 1e-12)), a, b)))
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """An uninterrupted 1-process x 2-device run of SMALL."""
+    run = tmp_path_factory.mktemp("ref") / "run"
+    proc, summary = train_cli(run)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run, summary
+
+
+def test_checkpoints_hold_the_whole_run_state(reference):
+    run, summary = reference
+    steps = sorted(int(p.name) for p in (run / "checkpoints").iterdir() if p.name.isdigit())
+    assert steps == [10, 15, 20]  # keep_checkpoints=3 of 0, 5, 10, 15, 20
+    state, meta = read_checkpoint(run / "checkpoints")
+    assert meta["updates"] == 20 and meta["config"]["num_envs"] == 4
+    assert set(state["train"]) == {"params", "opt_state", "obs_moments", "key", "update"}
+    assert state["envs"]["obs"].shape == (4, 4)  # every environment's last observation
+    assert int(state["train"]["update"]) == 20
+
+
+def test_exact_resume_after_kill_9(reference, tmp_path):
+    _, ref = reference
+    run = tmp_path / "run"
+    proc, _ = train_cli(run, JAXRL_FAULT="kill@0:12")  # SIGKILL after update 15, before save
+    assert proc.returncode == -9
+    _, meta = read_checkpoint(run / "checkpoints")
+    assert meta["updates"] == 10
+    proc, resumed = train_cli(run, "--resume")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert resumed["env_steps"] == ref["env_steps"]
+    assert resumed["param_fingerprint"] == ref["param_fingerprint"]  # bit-identical
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["updates"] for r in rows] == [5, 10, 15, 20]  # no duplicated rows after resume
+
+
+def test_resume_on_another_topology(reference, tmp_path):
+    ref_run, ref = reference
+    run = tmp_path / "run"
+    proc, _ = train_cli(run, JAXRL_FAULT="kill@0:12")
+    assert proc.returncode == -9
+    proc, resumed = train_cli(run, "--resume", devices=4)  # saved on 2 devices, resumed on 4
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert resumed["env_steps"] == ref["env_steps"]
+    assert max_rel_diff(params_of(run)[0], params_of(ref_run)[0]) <= 1e-4
+
+
+def test_crash_during_save_falls_back_to_previous_checkpoint(reference, tmp_path):
+    _, ref = reference
+    run = tmp_path / "run"
+    proc, _ = train_cli(run, JAXRL_FAULT="kill@0:12")
+    assert proc.returncode == -9
+    # What a crash in the middle of saving step 15 leaves: orbax's unfinished temporary dir.
+    partial = run / "checkpoints" / "15.orbax-checkpoint-tmp-1234567"
+    shutil.copytree(run / "checkpoints" / "10", partial)
+    for junk in partial.rglob("commit_success.txt"):
+        junk.unlink()
+    (partial / "state" / "manifest.ocdbt").write_bytes(b"\x00garbage")
+    proc, resumed = train_cli(run, "--resume")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resuming at 10" in proc.stderr
+    assert resumed["param_fingerprint"] == ref["param_fingerprint"]
+
+
+def _one_line_error(proc, *words):
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    err = proc.stderr.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for word in words:
+        assert word in err, (word, err)
+
+
+def _snapshot(path):
+    return {p: p.read_bytes() for p in sorted(Path(path).rglob("*")) if p.is_file()}
+
+
+def test_incompatible_config_is_refused_and_nothing_changes(reference, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(reference[0], run)
+    before = _snapshot(run)
+    proc, _ = train_cli(run, "--resume", "--set", "ppo.learning_rate=1e-3")
+    _one_line_error(proc, "ppo.learning_rate", "checkpoint was trained with 0.00025")
+    assert _snapshot(run) == before
+
+
+def test_corrupt_checkpoint_is_a_clear_error(reference, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(reference[0], run)
+    for f in (run / "checkpoints" / "20" / "state").rglob("*"):
+        if f.is_file() and f.parent.name == "d":
+            f.write_bytes(b"\x00" * 7)
+    (run / "checkpoints" / "20" / "state" / "manifest.ocdbt").write_bytes(b"\x00" * 7)
+    before = _snapshot(run)
+    proc, _ = train_cli(run, "--resume")
+    _one_line_error(proc, "checkpoint 20", "unreadable")
+    assert _snapshot(run) == before
+
+
+def test_resume_without_checkpoint_is_an_error_not_a_fresh_start(tmp_path):
+    (tmp_path / "run").mkdir()
+    proc, _ = train_cli(tmp_path / "run", "--resume")
+    _one_line_error(proc, "no checkpoints to resume")
+    assert list((tmp_path / "run").iterdir()) == []
+
+
+def test_crafted_pickle_and_yaml_tags_are_never_executed(reference, tmp_path):
+    import pickle
+
+    run = tmp_path / "run"
+    shutil.copytree(reference[0], run)
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    payload = pickle.dumps(Evil())
+    # a pickle where metadata, checkpoint files and run files are read
+    (run / "checkpoints" / "20" / "meta" / "metadata").write_bytes(payload)
+    (run / "checkpoints" / "20" / "_CHECKPOINT_METADATA").write_bytes(payload)
+    for name in ("summary.json", "state.pkl", "params.pkl"):
+        (run / name).write_bytes(payload)
+    (run / "config.yaml").write_text(f"env: !!python/object/apply:os.system ['touch {marker}']\n")
+    proc, _ = train_cli(run, "--resume")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    proc = subprocess.run([sys.executable, "-m", "jaxrl_dist.train", str(run / "config.yaml"),
+                           "--resume", "--run-dir", str(run)], env=_env(), capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 2 and "not valid YAML" in proc.stderr
+    assert not marker.exists()
+
+
+def test_plot_writes_a_png(reference, tmp_path):
+    from jaxrl_dist import plot
+
+    out = tmp_path / "p.png"
+    assert plot.main([str(reference[0]), str(reference[0]), "-o", str(out)]) == 0
+    data = out.read_bytes()
+    assert data[:8] == b"\x89PNG\r\n\x1a\n" and len(data) > 10_000
+    assert plot.main([str(tmp_path)]) == 2
+
+
+def test_early_stop_at_target_return(tmp_path):
+    proc, summary = train_cli(tmp_path / "run", "--set", "target_return=15",
+                              args=LONGER)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert summary["status"] == "solved" and summary["eval_return"] >= 15
+    assert summary["env_steps"] < 38400 and summary["solved_at_env_steps"] == summary[
+        "env_steps"]
+
+
+# ------------------------------------------------------------------------------------------------
+# Multi-process: coordinated preemption, restarts, eval agreement
+
+
+@pytest.fixture(scope="module")
+def mp_reference(tmp_path_factory):
+    """An uninterrupted 2-process x 2-device run of SMALL through the launcher."""
+    run = tmp_path_factory.mktemp("mpref") / "run"
+    proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "2", CFG, *SMALL,
+                         "--run-dir", str(run)])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return run, summaries(run / "logs")
+
+
+def test_eval_metrics_identical_on_every_process(mp_reference):
+    _, ranks = mp_reference
+    assert ranks[0]["eval_return"] is not None
+    assert ranks[0]["eval_return"] == ranks[1]["eval_return"]
+    assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"]
+
+
+@pytest.mark.timeout(400)
+def test_max_restarts_recovers_from_an_injected_failure(mp_reference, tmp_path):
+    _, ref = mp_reference
+    run = tmp_path / "run"
+    proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "2",
+                         "--max-restarts", "1", CFG, *SMALL, "--run-dir", str(run)],
+                        timeout=300, JAXRL_FAULT="raise@1:12",
+                        JAXRL_FAULT_ONCE=str(tmp_path / "fired"))
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "injected fault on rank 1" in proc.stderr and "restarting all local workers" in \
+        proc.stderr
+    ranks = summaries(run / "logs")
+    assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"] == ref[0][
+        "param_fingerprint"]
+
+
+@pytest.mark.timeout(400)
+def test_sigterm_saves_at_an_agreed_update_and_resumes(mp_reference, tmp_path):
+    run = tmp_path / "run"
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "jaxrl_dist.launch", "--nproc-per-node", "2",
+         "--cpu-devices-per-proc", "2", CFG, *LONGER, "--run-dir", str(run)],
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: (run / "metrics.jsonl").exists()
+                  and (run / "metrics.jsonl").read_text().count("\n") >= 1, 150, "training")
+        sent = time.monotonic()
+        launcher.send_signal(signal.SIGTERM)
+        _, err = launcher.communicate(timeout=30)
+        elapsed = time.monotonic() - sent
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 75, err[-3000:]
+    assert elapsed < 10
+    stopped = summaries(run / "logs")
+    assert stopped[0]["status"] == stopped[1]["status"] == "preempted"
+    _, meta = read_checkpoint(run / "checkpoints")
+    assert meta["updates"] * 128 == stopped[0]["env_steps"] < 38400  # saved where they stopped
+    assert _workers_of(str(run)) == {}
+    # ... and resume on another topology (1 process x 4 devices) to the end
+    proc, resumed = train_cli(run, "--resume", devices=4, args=LONGER)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"resuming at {meta['updates']}" in proc.stderr
+    assert resumed["env_steps"] == 38400 and resumed["status"] == "completed"
