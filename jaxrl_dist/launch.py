@@ -40,7 +40,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Sequence
+from typing import IO, Callable, Sequence
 
 EXIT_BAD_INPUT = 2
 EXIT_PREEMPTED = 75  # mirrors jaxrl_dist.distributed.EXIT_PREEMPTED (not imported: no jax here)
@@ -64,6 +64,7 @@ class LaunchConfig:
     coordinator_host: str | None
     coordinator_port: int | None
     cpu_devices_per_proc: int | None
+    cpus_per_proc: int | None
     auto: bool
     init_timeout: int
     heartbeat_timeout: int
@@ -103,6 +104,8 @@ _OPTIONS = [
     ("--coordinator", str, None, "HOST:PORT of the coordinator on node 0 (required if nnodes>1; "
                                  "single node: 127.0.0.1 and a free port)"),
     ("--cpu-devices-per-proc", int, None, "simulate N CPU devices per worker (XLA flag)"),
+    ("--cpus-per-proc", int, None, "pin local rank r to host cores [r*N, (r+1)*N) "
+                                   "(benchmarks: no core contention between workers)"),
     ("--init-timeout", int, 60, "seconds for all processes to join the job"),
     ("--heartbeat-timeout", int, 10, "seconds before JAX declares a silent peer dead"),
     ("--hang-timeout", float, 300.0, "seconds without a completed update before a worker "
@@ -203,6 +206,10 @@ def parse_args(argv: Sequence[str] | None = None, environ: dict | None = None) -
     cpu = values["cpu_devices_per_proc"]
     if cpu is not None and cpu < 1:
         raise LaunchError(f"--cpu-devices-per-proc must be >= 1, got {cpu}")
+    pin = values["cpus_per_proc"]
+    if pin is not None and not 1 <= pin * nproc <= os.cpu_count():
+        raise LaunchError(f"--cpus-per-proc {pin} x --nproc-per-node {nproc} needs "
+                          f"{pin * nproc} cores; this host has {os.cpu_count()}")
     for name in ("init_timeout", "heartbeat_timeout", "hang_timeout", "kill_grace", "stop_grace"):
         if values[name] <= 0:
             raise LaunchError(f"--{name.replace('_', '-')} must be > 0, got {values[name]}")
@@ -235,7 +242,7 @@ def parse_args(argv: Sequence[str] | None = None, environ: dict | None = None) -
                    else Path("runs") / "logs" / time.strftime("%Y%m%d-%H%M%S"))
     return LaunchConfig(
         nnodes=nnodes, nproc_per_node=nproc, node_rank=node_rank, coordinator_host=host,
-        coordinator_port=port, cpu_devices_per_proc=cpu, auto=flags["auto"],
+        coordinator_port=port, cpu_devices_per_proc=cpu, cpus_per_proc=pin, auto=flags["auto"],
         init_timeout=values["init_timeout"], heartbeat_timeout=values["heartbeat_timeout"],
         hang_timeout=values["hang_timeout"], kill_grace=values["kill_grace"],
         stop_grace=values["stop_grace"], log_dir=Path(log_dir), all_ranks=flags["all_ranks"],
@@ -265,6 +272,7 @@ class WorkerSpec:
     log_path: Path
     error_path: Path
     heartbeat_path: Path
+    cpus: tuple[int, ...] | None = None   # host cores this worker is pinned to
 
 
 def is_loopback(host: str) -> bool:
@@ -315,10 +323,14 @@ def plan(cfg: LaunchConfig, base_env: dict | None = None, resume: bool = False
         if rank != 0 and "--no-progress" not in args:
             args.append("--no-progress")
         cmd = (sys.executable, "-m", "jaxrl_dist.train", cfg.config, *args)
+        cpus = None
+        if cfg.cpus_per_proc:
+            cpus = tuple(range(local_rank * cfg.cpus_per_proc,
+                               (local_rank + 1) * cfg.cpus_per_proc))
         workers.append(WorkerSpec(rank, local_rank, env, cmd,
                                   cfg.log_dir / f"rank{rank}.log",
                                   cfg.log_dir / f"rank{rank}.error",
-                                  cfg.log_dir / f"rank{rank}.heartbeat"))
+                                  cfg.log_dir / f"rank{rank}.heartbeat", cpus))
     return workers
 
 
@@ -359,12 +371,16 @@ def check_port_free(host: str, port: int) -> None:
 # Running and supervising
 
 
-def _set_pdeathsig() -> None:
-    """In the child: die with SIGKILL when the launcher dies, so no worker is ever orphaned."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
+def _child_setup(cpus: tuple[int, ...] | None) -> Callable[[], None]:
+    def setup() -> None:
+        """In the child: die with SIGKILL when the launcher dies (never an orphan); pin."""
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PDEATHSIG
+        except OSError:
+            pass
+        if cpus:
+            os.sched_setaffinity(0, cpus)
+    return setup
 
 
 def _describe_exit(code: int) -> str:
@@ -397,7 +413,8 @@ class Worker:
         self.log = open(spec.log_path, "ab")
         self.proc = subprocess.Popen(spec.cmd, env=env, stdout=subprocess.PIPE,
                                      stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True, preexec_fn=_set_pdeathsig)
+                                     start_new_session=True,
+                                     preexec_fn=_child_setup(spec.cpus))
         self.exit_code: int | None = None
         self.exit_time: float | None = None
         self.hung = False
@@ -612,6 +629,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"rank {spec.global_rank} (local {spec.local_rank}):")
             for key, value in sorted(spec.env.items()):
                 print(f"  {key}={value}")
+            if spec.cpus:
+                print(f"  cpus: {','.join(map(str, spec.cpus))}")
             print(f"  command: {shlex.join(spec.cmd)}")
             print(f"  log: {spec.log_path}")
         return 0

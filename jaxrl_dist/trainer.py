@@ -9,7 +9,6 @@ identical on all processes.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
 from pathlib import Path
 from typing import Any, Sequence
@@ -287,10 +286,6 @@ def _train(config, run_dir, resume, env, env_params, devices, progress, start):
     }
     reporter.finish(summary)
     return summary
-
-
-def load_summary(run_dir: str | Path) -> dict[str, Any]:
-    return json.loads((Path(run_dir) / "summary.json").read_text())
 
 
 __all__ = ["train", "param_stats", "RunError", "ConfigError", "CheckpointError"]

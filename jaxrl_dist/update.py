@@ -52,20 +52,27 @@ def make_optimizer(config: Config, sizes: Sizes) -> tuple[optax.GradientTransfor
     return optimizer, schedule
 
 
-def global_mean_std(x: jax.Array, axis_name: str) -> tuple[jax.Array, jax.Array]:
-    """Mean and (population) std of ``x`` over every device's shard, in ONE all-reduce."""
-    sums = jax.lax.psum(jnp.stack([jnp.sum(x), jnp.sum(jnp.square(x)),
-                                   jnp.float32(x.size)]), axis_name)
+def normalize_minibatch_advantages(advantage: jax.Array, axis_name: str) -> jax.Array:
+    """Normalise each global minibatch's advantages by its own global mean and std.
+
+    ``advantage``: [M, n_local], this device's part of M minibatches. The statistics of all M
+    minibatches travel in ONE all-reduce (sums and sums of squares).
+    """
+    n = jnp.float32(advantage.shape[1])
+    sums = jax.lax.psum(jnp.stack([jnp.sum(advantage, 1), jnp.sum(jnp.square(advantage), 1),
+                                   jnp.full(advantage.shape[:1], n)]), axis_name)   # [3, M]
     mean = sums[0] / sums[2]
-    return mean, jnp.sqrt(jnp.maximum(sums[1] / sums[2] - jnp.square(mean), 0.0))
+    std = jnp.sqrt(jnp.maximum(sums[1] / sums[2] - jnp.square(mean), 0.0))
+    return (advantage - mean[:, None]) / (std[:, None] + 1e-8)
 
 
 def make_sgd_step(config: Config, nets: Networks, optimizer: optax.GradientTransformation,
                   axis_name: str = DATA_AXIS) -> Callable:
     """One gradient step on a global minibatch; call inside shard_map over ``axis_name``.
 
-    (params, opt_state, local minibatch with RAW advantages) -> (params, opt_state, LossInfo,
-    grad_norm). Every output is replicated (identical on all devices).
+    (params, opt_state, local minibatch, advantages already normalised if configured) ->
+    (params, opt_state, LossInfo, grad_norm). Every output is replicated (identical on all
+    devices).
 
     The gradient is the mean over the global minibatch: each device differentiates its local
     mean loss w.r.t. a device-varying copy of the parameters (so no implicit psum is inserted),
@@ -80,9 +87,6 @@ def make_sgd_step(config: Config, nets: Networks, optimizer: optax.GradientTrans
                                p.vf_clip_eps, p.ent_coef, p.vf_coef)
 
     def sgd_step(params: Any, opt_state: Any, batch: losses.LossInputs):
-        if p.normalize_advantages:
-            mean, std = global_mean_std(batch.advantage, axis_name)
-            batch = batch._replace(advantage=(batch.advantage - mean) / (std + 1e-8))
         local_params = jax.lax.pcast(params, axis_name, to="varying")
         grads, info = jax.grad(local_loss, has_aux=True)(local_params, batch)
         flat, unravel = ravel_pytree((grads, info))
@@ -158,7 +162,11 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
                 params, opt_state, info, gnorm = sgd_step(*carry, batch)
                 return (params, opt_state), (info, gnorm)
 
-            return jax.lax.scan(minibatch, carry, jax.tree.map(to_minibatches, data))
+            minibatches = jax.tree.map(to_minibatches, data)
+            if p.normalize_advantages:
+                minibatches = minibatches._replace(advantage=normalize_minibatch_advantages(
+                    minibatches.advantage, DATA_AXIS))
+            return jax.lax.scan(minibatch, carry, minibatches)
 
         (params, opt_state), (info, grad_norm) = jax.lax.scan(
             epoch, (train.params, train.opt_state), jax.random.split(key_shuffle, p.update_epochs))

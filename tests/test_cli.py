@@ -78,3 +78,17 @@ def test_help_config_lists_every_key(capsys):
     out = capsys.readouterr().out
     for key in ("env", "num_envs", "ppo.clip_eps", "network.activation"):
         assert key in out
+
+
+@pytest.mark.parametrize("path", sorted(__import__("glob").glob("configs/*.yaml")))
+def test_shipped_configs_are_valid_and_documented(path):
+    from jaxrl_dist import config as config_lib
+    from jaxrl_dist.envs import make_env
+
+    cfg = config_lib.load(path)
+    config_lib.derive_sizes(cfg, 1)
+    make_env(cfg.env)
+    text = open(path).read()
+    assert "Expected:" in " ".join(text.splitlines()[:2])
+    keyed = [line for line in text.splitlines() if ":" in line and not line.startswith("#")]
+    assert all("#" in line for line in keyed), "every field is commented"

@@ -50,8 +50,13 @@ def _reference_step(config, nets, optimizer, params, batch):
 def _sharded_step(config, nets, optimizer, params, batch, num_devices):
     mesh = sharding.make_mesh(jax.devices()[:num_devices])
     step = update.make_sgd_step(config, nets, optimizer)
-    fn = jax.jit(jax.shard_map(lambda q, s, b: step(q, s, b)[0], mesh=mesh,
-                               in_specs=(REPLICATED, REPLICATED, SHARDED), out_specs=REPLICATED))
+
+    def local(q, s, b):
+        adv = update.normalize_minibatch_advantages(b.advantage[None], DATA_AXIS)[0]
+        return step(q, s, b._replace(advantage=adv))[0]
+
+    fn = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(REPLICATED, REPLICATED, SHARDED),
+                               out_specs=REPLICATED))
     return fn(params, optimizer.init(params), batch)
 
 

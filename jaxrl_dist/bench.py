@@ -1,0 +1,332 @@
+"""python -m jaxrl_dist.bench {throughput,scaling,solve,rejax,results} [options]
+
+Measures what docs/benchmarks.md reports, by running the real command lines as subprocesses:
+
+  throughput  steady env steps/s (compile excluded), compile time, wall time and peak memory
+              for 1 process x 1 device, 1 x N devices, and P x D through the launcher
+  scaling     weak (fixed envs per process) and strong (fixed global envs) scaling from 1 to 2
+              processes, each pinned to its own core; efficiency = SPS(P) / (P x SPS(1))
+  solve       time from command start to eval return >= target, through the launcher
+  rejax       rejax's PPO and ours alternately on the same task and hyperparameters; rejax
+              runs in its own virtual environment (.bench/rejax, created on first use)
+  results     learning results of the shipped configs (return reached, steps, wall, SPS)
+
+Every measurement is repeated (--repeats) and reported as min / median / max; results go to
+OUT/NAME.json and OUT/NAME.md. Nothing here is used by training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+CARTPOLE = "configs/cartpole.yaml"
+REJAX_VENV = Path(".bench/rejax")
+
+
+def machine() -> dict[str, Any]:
+    import jax
+
+    cpu = "unknown"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
+            "jax": jax.__version__, "platform": platform.platform()}
+
+
+def _clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    env.update(extra)
+    return env
+
+
+def run_command(cmd: list[str], timeout: float = 1800, **env: str) -> dict[str, Any]:
+    """Run ``cmd``; return wall time, peak RSS of its largest process and its summary line."""
+    wrapper = textwrap.dedent("""
+        import json, resource, subprocess, sys, time
+        t = time.perf_counter()
+        p = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+        wall = time.perf_counter() - t
+        rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+        print(json.dumps({"rc": p.returncode, "wall_s": wall, "peak_rss_mb": rss / 1024,
+                          "stdout": p.stdout[-20000:], "stderr": p.stderr[-4000:]}))
+    """)
+    proc = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True,
+                          timeout=timeout, env=_clean_env(**env))
+    out = json.loads(proc.stdout)
+    summary = None
+    for line in out["stdout"].splitlines():
+        line = line.rsplit("\r", 1)[-1]
+        if line.startswith('{"rank": 0'):
+            summary = json.loads(line)
+    if out["rc"] != 0 or summary is None:
+        raise RuntimeError(f"benchmark command failed ({out['rc']}): {' '.join(cmd)}\n"
+                           f"{out['stderr'][-2000:]}")
+    out["summary"] = summary
+    return out
+
+
+def train_cmd(run_dir: Path, devices: int, config: str, sets: list[str]) -> list[str]:
+    return [sys.executable, "-m", "jaxrl_dist.train", config, "--cpu-devices", str(devices),
+            "--run-dir", str(run_dir), "--no-progress", *_sets(sets)]
+
+
+def launch_cmd(run_dir: Path, procs: int, devices: int, config: str, sets: list[str],
+               pin: int | None = None) -> list[str]:
+    pin_args = ["--cpus-per-proc", str(pin)] if pin else []
+    return [sys.executable, "-m", "jaxrl_dist.launch", "--nproc-per-node", str(procs),
+            "--cpu-devices-per-proc", str(devices), *pin_args, config,
+            "--run-dir", str(run_dir), "--no-progress", *_sets(sets)]
+
+
+def _sets(sets: list[str]) -> list[str]:
+    return [arg for s in sets for arg in ("--set", s)]
+
+
+def stats(values: list[float]) -> dict[str, float]:
+    return {"min": min(values), "median": statistics.median(values), "max": max(values),
+            "n": len(values)}
+
+
+def _fmt(s: dict[str, float], digits: int = 0) -> str:
+    return f"{s['median']:,.{digits}f} ({s['min']:,.{digits}f}–{s['max']:,.{digits}f})"
+
+
+def repeat(label: str, make_cmd, repeats: int, **env: str) -> dict[str, Any]:
+    runs = []
+    for i in range(repeats):
+        with tempfile.TemporaryDirectory() as tmp:
+            out = run_command(make_cmd(Path(tmp) / "run"), **env)
+        runs.append(out)
+        s = out["summary"]
+        print(f"  {label} [{i + 1}/{repeats}] sps={s['sps']:,.0f} compile={s['compile_time_s']:.1f}s"
+              f" wall={out['wall_s']:.1f}s", file=sys.stderr, flush=True)
+    return {
+        "label": label,
+        "sps": stats([r["summary"]["sps"] for r in runs]),
+        "compile_time_s": stats([r["summary"]["compile_time_s"] for r in runs]),
+        "wall_s": stats([r["wall_s"] for r in runs]),
+        "peak_rss_mb": stats([r["peak_rss_mb"] for r in runs]),
+        "final_return": [r["summary"]["final_return"] for r in runs],
+        "eval_return": [r["summary"].get("eval_return") for r in runs],
+        "solved_at_env_steps": [r["summary"].get("solved_at_env_steps") for r in runs],
+        "status": [r["summary"]["status"] for r in runs],
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+def bench_throughput(args) -> tuple[list[dict], str]:
+    sets = [f"total_timesteps={args.steps}", "checkpoint_every=0", "check_replicas_every=0",
+            *args.set]
+    rows = [
+        repeat("1 process x 1 device", lambda d: train_cmd(d, 1, args.config, sets),
+               args.repeats),
+        repeat("1 process x 2 devices", lambda d: train_cmd(d, 2, args.config, sets),
+               args.repeats),
+        repeat("2 processes x 1 device (launcher)",
+               lambda d: launch_cmd(d, 2, 1, args.config, sets), args.repeats),
+        repeat("2 processes x 2 devices (launcher)",
+               lambda d: launch_cmd(d, 2, 2, args.config, sets), args.repeats),
+    ]
+    md = ["| topology | steady SPS, median (min–max) | compile s | wall s | peak RSS MB / process |",
+          "|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {r['label']} | {_fmt(r['sps'])} | {_fmt(r['compile_time_s'], 1)} | "
+                  f"{_fmt(r['wall_s'], 1)} | {_fmt(r['peak_rss_mb'])} |")
+    return rows, "\n".join(md)
+
+
+def bench_scaling(args) -> tuple[list[dict], str]:
+    base = [f"total_timesteps={args.steps}", "checkpoint_every=0", "check_replicas_every=0",
+            *args.set]
+    e = args.envs_per_proc
+    out, md = [], ["| scaling | envs (global) | SPS 1 proc | SPS 2 procs | efficiency |",
+                   "|---|---|---|---|---|"]
+    for kind, envs1, envs2 in (("weak", e, 2 * e), ("strong", 2 * e, 2 * e)):
+        one = repeat(f"{kind} 1 proc", lambda d: launch_cmd(d, 1, 1, args.config,
+                                                            base + [f"num_envs={envs1}"], pin=1),
+                     args.repeats)
+        two = repeat(f"{kind} 2 procs", lambda d: launch_cmd(d, 2, 1, args.config,
+                                                             base + [f"num_envs={envs2}"], pin=1),
+                     args.repeats)
+        eff = two["sps"]["median"] / (2 * one["sps"]["median"])
+        out.append({"kind": kind, "one": one, "two": two, "efficiency": eff})
+        md.append(f"| {kind} | {envs1} -> {envs2} | {_fmt(one['sps'])} | {_fmt(two['sps'])} | "
+                  f"{eff:.0%} |")
+    return out, "\n".join(md)
+
+
+def bench_solve(args) -> tuple[list[dict], str]:
+    sets = ["eval_every=10", "eval_episodes=16", f"target_return={args.target}",
+            "checkpoint_every=0", *args.set]
+    rows = [repeat(f"launcher, {p} process(es) x 1 device",
+                   lambda d, p=p: launch_cmd(d, p, 1, args.config, sets), args.repeats)
+            for p in (1, 2)]
+    md = ["| command | time to eval ≥ target, s (command start to exit) | env steps | solved |",
+          "|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {r['label']} | {_fmt(r['wall_s'], 1)} | "
+                  f"{', '.join(str(s) for s in r['solved_at_env_steps'])} | "
+                  f"{sum(s == 'solved' for s in r['status'])}/{len(r['status'])} |")
+    return rows, "\n".join(md)
+
+
+REJAX_SCRIPT = textwrap.dedent("""
+    import json, sys, time
+    t0 = time.perf_counter()
+    import jax
+    from rejax import PPO
+    algo = PPO.create(env="CartPole-v1", num_envs=4, num_steps=128, num_epochs=4,
+                      num_minibatches=4, total_timesteps=int(sys.argv[1]), learning_rate=2.5e-4,
+                      max_grad_norm=0.5, gamma=0.99, gae_lambda=0.95, clip_eps=0.2,
+                      ent_coef=0.01, vf_coef=0.5, eval_freq=int(sys.argv[1]),
+                      skip_initial_evaluation=True,
+                      agent_kwargs={"hidden_layer_sizes": (64, 64), "activation": "tanh"})
+    train = jax.jit(algo.train)
+    t = time.perf_counter()
+    compiled = train.lower(jax.random.PRNGKey(0)).compile()
+    compile_s = time.perf_counter() - t
+    t = time.perf_counter()
+    ts, (lengths, returns) = compiled(jax.random.PRNGKey(0))
+    jax.block_until_ready(ts)
+    run_s = time.perf_counter() - t
+    print(json.dumps({"rank": 0, "sps": int(sys.argv[1]) / run_s, "compile_time_s": compile_s,
+                      "status": "completed", "final_return": float(returns[-1].mean()),
+                      "wall_s": time.perf_counter() - t0}))
+""")
+
+
+def ensure_rejax() -> Path:
+    python = REJAX_VENV / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(REJAX_VENV)], check=True)
+        # rejax needs gymnax 0.0.9 (it breaks with gymnax 1.x), so it never shares our venv
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "rejax", "gymnax==0.0.9"],
+                       check=True)
+    return python
+
+
+def bench_rejax(args) -> tuple[list[dict], str]:
+    python = ensure_rejax()
+    ours_sets = [f"total_timesteps={args.steps}", "checkpoint_every=0",
+                 "check_replicas_every=0", f"updates_per_call={args.updates_per_call}"]
+    script = Path(tempfile.mkdtemp()) / "rejax_ppo.py"
+    script.write_text(REJAX_SCRIPT)
+    results = {"ours": [], "rejax": []}
+    for i in range(args.repeats):  # alternate so drift hits both equally
+        with tempfile.TemporaryDirectory() as tmp:
+            ours = run_command(train_cmd(Path(tmp) / "run", 1, CARTPOLE, ours_sets))
+        theirs = run_command([str(python), str(script), str(args.steps)],
+                             XLA_FLAGS="--xla_cpu_enable_concurrency_optimized_scheduler=false")
+        for name, out in (("ours", ours), ("rejax", theirs)):
+            results[name].append({"sps": out["summary"]["sps"],
+                                  "compile_time_s": out["summary"]["compile_time_s"],
+                                  "wall_s": out["wall_s"],
+                                  "final_return": out["summary"]["final_return"]})
+        print(f"  [{i + 1}/{args.repeats}] ours {ours['summary']['sps']:,.0f} sps, rejax "
+              f"{theirs['summary']['sps']:,.0f} sps", file=sys.stderr, flush=True)
+    rows = []
+    md = ["| trainer | steady SPS, median (min–max) | compile s | wall s | final return |",
+          "|---|---|---|---|---|"]
+    for name in ("ours", "rejax"):
+        r = {"label": name, **{k: stats([x[k] for x in results[name]])
+                               for k in ("sps", "compile_time_s", "wall_s")},
+             "final_return": [x["final_return"] for x in results[name]]}
+        rows.append(r)
+        md.append(f"| {name} | {_fmt(r['sps'])} | {_fmt(r['compile_time_s'], 1)} | "
+                  f"{_fmt(r['wall_s'], 1)} | "
+                  f"{', '.join(f'{v:.0f}' for v in r['final_return'])} |")
+    ratio = rows[0]["sps"]["median"] / rows[1]["sps"]["median"]
+    md.append(f"\nRatio of median steady SPS (ours / rejax): **{ratio:.2f}x**")
+    return rows, "\n".join(md)
+
+
+RESULT_TARGETS = {  # config -> (return threshold, steps budget) from each config's header
+    "configs/cartpole.yaml": (475, 500_000),
+    "configs/acrobot.yaml": (-100, 1_000_000),
+    "configs/pendulum.yaml": (-300, 3_000_000),
+    "configs/minatar_spaceinvaders.yaml": (None, None),
+}
+
+
+def bench_results(args) -> tuple[list[dict], str]:
+    rows = []
+    md = ["| config | seed | threshold | first env steps ≥ threshold | best interval return | "
+          "final return | wall s | steady SPS |", "|---|---|---|---|---|---|---|---|"]
+    for config in args.configs:
+        threshold, _ = RESULT_TARGETS.get(config, (None, None))
+        for seed in args.seeds:
+            with tempfile.TemporaryDirectory() as tmp:
+                run = Path(tmp) / "run"
+                out = run_command(train_cmd(run, 1, config, [f"seed={seed}"]))
+                lines = (run / "metrics.jsonl").read_text().splitlines()
+                metrics = [json.loads(line) for line in lines]
+            returns = [(m["env_steps"], m["episode_return"]) for m in metrics
+                       if m["episode_return"] is not None]
+            first = next((s for s, r in returns if threshold is not None and r >= threshold),
+                         None)
+            row = {"config": config, "seed": seed, "threshold": threshold, "first": first,
+                   "best": max(r for _, r in returns), "final": returns[-1][1],
+                   "wall_s": out["wall_s"], "sps": out["summary"]["sps"]}
+            rows.append(row)
+            print(f"  {config} seed {seed}: first={first} best={row['best']:.1f}",
+                  file=sys.stderr, flush=True)
+            md.append(f"| {config} | {seed} | {threshold} | {first if first else '—'} | "
+                      f"{row['best']:.1f} | {row['final']:.1f} | {row['wall_s']:.0f} | "
+                      f"{row['sps']:,.0f} |")
+    return rows, "\n".join(md)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m jaxrl_dist.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=["throughput", "scaling", "solve", "rejax", "results"])
+    parser.add_argument("--config", default=CARTPOLE)
+    parser.add_argument("--configs", nargs="+", default=list(RESULT_TARGETS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=500_000, help="env steps per run")
+    parser.add_argument("--envs-per-proc", type=int, default=16, help="scaling: envs/process")
+    parser.add_argument("--target", type=float, default=475.0, help="solve: eval return")
+    parser.add_argument("--updates-per-call", type=int, default=10)
+    parser.add_argument("--set", action="append", default=[], help="extra config override")
+    parser.add_argument("--out", type=Path, default=Path("docs/bench"))
+    args = parser.parse_args(argv)
+
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    fn = {"throughput": bench_throughput, "scaling": bench_scaling, "solve": bench_solve,
+          "rejax": bench_rejax, "results": bench_results}[args.what]
+    rows, table = fn(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    record = {"what": args.what, "started": started, "machine": machine(),
+              "argv": sys.argv[1:] if argv is None else argv, "repeats": args.repeats,
+              "rows": rows}
+    (args.out / f"{args.what}.json").write_text(json.dumps(record, indent=2) + "\n")
+    m = record["machine"]
+    header = (f"{args.what}: {m['cpu']}, {m['cores']} cores, Python {m['python']}, jax "
+              f"{m['jax']}; {args.repeats} repeat(s); `python -m jaxrl_dist.bench "
+              f"{' '.join(record['argv'])}` ({started})\n\n")
+    (args.out / f"{args.what}.md").write_text(header + table + "\n")
+    print(header + table)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
