@@ -2,7 +2,9 @@
 counters and normaliser statistics, plus a JSON record of the config and progress.
 
 orbax writes each checkpoint into a temporary directory and renames it when complete, so a crash
-mid-save leaves the previous checkpoint as the latest. Every process takes part in save and
+mid-save leaves the previous checkpoint as the latest. Saves are asynchronous: arrays are copied
+to host memory, training continues, and files are written in the background (the next save,
+``wait`` and ``close`` wait for it). Every process takes part in save and
 restore (each writes/reads its shards of the global arrays). Restoring into the shardings of a
 different mesh reshards, which is how a run saved on one topology resumes on another. No pickle
 is involved: arrays go to tensorstore, metadata to JSON.
@@ -42,10 +44,15 @@ class Checkpointer:
         self._manager = ocp.CheckpointManager(
             self.directory,
             options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=create,
-                                                 enable_async_checkpointing=False))
+                                                 enable_async_checkpointing=True))
 
     def latest_step(self) -> int | None:
+        self.wait()
         return self._manager.latest_step()
+
+    def wait(self) -> None:
+        """Block until a save in progress is complete on disk."""
+        self._manager.wait_until_finished()
 
     def all_steps(self) -> list[int]:
         return list(self._manager.all_steps())
@@ -58,7 +65,6 @@ class Checkpointer:
             args=ocp.args.Composite(state=ocp.args.StandardSave(state),
                                     meta=ocp.args.JsonSave(meta)),
             force=True)
-        self._manager.wait_until_finished()
 
     def restore(self, like: RunState, step: int | None = None) -> tuple[RunState, dict]:
         """Restore into the shapes and shardings of ``like`` (a state on the CURRENT mesh)."""
@@ -79,6 +85,7 @@ class Checkpointer:
         return restored.state, dict(restored.meta)
 
     def close(self) -> None:
+        self._manager.wait_until_finished()
         self._manager.close()
 
 

@@ -47,8 +47,15 @@ def make_optimizer(config: Config, sizes: Sizes) -> tuple[optax.GradientTransfor
             transition_steps=sizes.num_updates * p.update_epochs * p.num_minibatches)
     else:
         schedule = optax.constant_schedule(p.learning_rate)
-    optimizer = optax.chain(optax.clip_by_global_norm(p.max_grad_norm),
-                            optax.adam(schedule, eps=p.adam_eps))
+    # Actor and critic each get their own clip + Adam. With ONE global norm over both, the
+    # critic's gradient (value targets ~1/(1-gamma)) dominates the norm, clipping shrinks the
+    # actor's gradient below Adam's eps and the policy stops learning (seen on CartPole).
+    def network(tree):
+        return {name: name for name in tree}
+
+    per_network = optax.chain(optax.clip_by_global_norm(p.max_grad_norm),
+                              optax.adam(schedule, eps=p.adam_eps))
+    optimizer = optax.multi_transform({"actor": per_network, "critic": per_network}, network)
     return optimizer, schedule
 
 
