@@ -65,7 +65,8 @@ class Config:
     num_envs: int = _doc("GLOBAL number of parallel environments (split over devices)",
                          default=4)
     num_steps: int = _doc("rollout length per environment per update", default=128)
-    updates_per_call: int = _doc("updates fused into one compiled call (= logging interval)",
+    updates_per_call: int = _doc("updates fused into one compiled call (= logging interval); "
+                                 "lowered to a divisor of the run's updates if one is near",
                                  default=10)
     checkpoint_every: int = _doc("updates between checkpoints (also saved at start, end and on "
                                  "preemption); 0 = only those", default=100)
@@ -90,6 +91,7 @@ class Sizes:
     batch_size: int            # env steps per update, global
     num_updates: int
     steps_per_minibatch: int   # time steps of every environment in one minibatch
+    updates_per_call: int      # what one compiled call runs (see choose_updates_per_call)
 
 
 # --------------------------------------------------------------------------------------------
@@ -298,7 +300,19 @@ def derive_sizes(config: Config, num_devices: int) -> Sizes:
         batch_size=batch,
         num_updates=num_updates,
         steps_per_minibatch=c.num_steps // c.ppo.num_minibatches,
+        updates_per_call=choose_updates_per_call(num_updates, c.updates_per_call),
     )
+
+
+def choose_updates_per_call(num_updates: int, wanted: int) -> int:
+    """The largest divisor of ``num_updates`` in [wanted/2, wanted], so ONE compiled program
+    runs the whole run (a remainder call would cost a second compile); ``wanted`` if none.
+    A function of the whole run only, so a resumed run groups updates the same way."""
+    wanted = min(wanted, num_updates)
+    for k in range(wanted, (wanted + 1) // 2 - 1, -1):
+        if num_updates % k == 0:
+            return k
+    return wanted
 
 
 def describe() -> list[tuple[str, str, str]]:

@@ -162,7 +162,7 @@ def _train(config, run_dir, resume, env, env_params, devices, progress, start):
         updates_done = int(meta["updates"])
     first_update = updates_done
     remaining = sizes.num_updates - updates_done
-    k = max(1, min(config.updates_per_call, remaining))
+    k = sizes.updates_per_call
     calls = [k] * (remaining // k) + ([remaining % k] if remaining % k else [])
     compiled = {n: programs.update.lower(state, n).compile() for n in sorted(set(calls))}
     evaluate = None

@@ -182,9 +182,11 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
         moments = train.obs_moments
         if p.normalize_observations:
             flat = traj.obs.reshape(-1, *spec.obs_shape)
-            count = jax.lax.psum(jnp.float32(flat.shape[0]), DATA_AXIS)
-            mean = jax.lax.psum(jnp.sum(flat, 0), DATA_AXIS) / count
-            var = jax.lax.psum(jnp.sum(jnp.square(flat - mean), 0), DATA_AXIS) / count
+            count = jnp.float32(flat.shape[0] * mesh.size)
+            sums = jax.lax.psum(jnp.stack([jnp.sum(flat, 0), jnp.sum(jnp.square(flat), 0)]),
+                                DATA_AXIS)
+            mean = sums[0] / count
+            var = jnp.maximum(sums[1] / count - jnp.square(mean), 0.0)
             moments = losses.merge_moments(moments, mean, var, count)
 
         # METRICS: every global sum in one all-reduce
