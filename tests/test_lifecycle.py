@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from jaxrl_dist.checkpoint import read_checkpoint
-from test_launch import _env, _wait_for, _workers_of, run_launcher, summaries
+from test_launch import _env, _workers_of, run_launcher, start_training, summaries
 
 CFG = "configs/cartpole.yaml"
 # 20 updates of 4 envs x 32 steps, a checkpoint every 5, evaluation every 10.
@@ -239,13 +239,8 @@ def test_max_restarts_recovers_from_an_injected_failure(mp_reference, tmp_path):
 @pytest.mark.timeout(400)
 def test_sigterm_saves_at_an_agreed_update_and_resumes(mp_reference, tmp_path):
     run = tmp_path / "run"
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "jaxrl_dist.launch", "--nproc-per-node", "2",
-         "--cpu-devices-per-proc", "2", CFG, *LONGER, "--run-dir", str(run)],
-        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    launcher = start_training(run, LONGER)
     try:
-        _wait_for(lambda: (run / "metrics.jsonl").exists()
-                  and (run / "metrics.jsonl").read_text().count("\n") >= 1, 150, "training")
         sent = time.monotonic()
         launcher.send_signal(signal.SIGTERM)
         _, err = launcher.communicate(timeout=30)
@@ -256,6 +251,8 @@ def test_sigterm_saves_at_an_agreed_update_and_resumes(mp_reference, tmp_path):
     assert elapsed < 10
     stopped = summaries(run / "logs")
     assert stopped[0]["status"] == stopped[1]["status"] == "preempted"
+    assert stopped[0]["env_steps"] == stopped[1]["env_steps"]  # the same update everywhere
+    assert stopped[0]["param_fingerprint"] == stopped[1]["param_fingerprint"]
     _, meta = read_checkpoint(run / "checkpoints")
     assert meta["updates"] * 128 == stopped[0]["env_steps"] < 38400  # saved where they stopped
     assert _workers_of(str(run)) == {}

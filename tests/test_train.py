@@ -90,3 +90,20 @@ def test_existing_run_is_never_overwritten(tmp_path, tiny_config):
         train(tiny_config, run, devices=jax.devices()[:1], progress=False)
     assert (run / "metrics.jsonl").read_text() == "precious\n"
     assert not (run / "config.yaml").exists()
+
+
+def test_replica_check_catches_diverged_devices():
+    from jax.sharding import NamedSharding
+
+    from jaxrl_dist import sharding
+    from jaxrl_dist.trainer import check_replicas
+
+    mesh = sharding.make_mesh(jax.devices()[:2])
+    replicated = NamedSharding(mesh, sharding.REPLICATED)
+    same = jax.device_put(jnp.arange(3.0), replicated)
+    check_replicas({"w": same})  # identical replicas pass
+    # a "replicated" array whose two device copies differ, as after a silent divergence
+    copies = [jax.device_put(jnp.arange(3.0) + i, d) for i, d in enumerate(jax.devices()[:2])]
+    diverged = jax.make_array_from_single_device_arrays((3,), replicated, copies)
+    with pytest.raises(RunError, match="replicas differ"):
+        check_replicas({"w": same, "b": diverged})
