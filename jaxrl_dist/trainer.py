@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -149,22 +150,29 @@ def _train(config, run_dir, resume, env, env_params, devices, progress, start):
     distributed.barrier("run_dir_checked")
 
     programs = make_programs(config, sizes, spec, mesh)
+    k = sizes.updates_per_call
+    call_sizes = {k} | ({sizes.num_updates % k} if sizes.num_updates % k else set())
+    checkpointer = Checkpointer(ckpt_dir, keep=config.keep_checkpoints)  # imports orbax (~1 s)
     compile_start = time.perf_counter()
-    state = programs.init()
-    checkpointer = Checkpointer(ckpt_dir, keep=config.keep_checkpoints)
-    updates_done = 0
-    if resume:
-        if checkpointer.latest_step() is None:
-            raise CheckpointError(f"no complete checkpoint in {ckpt_dir}; run without --resume "
-                                  f"to start a new run")
-        state, meta = checkpointer.restore(state)
-        check_compatible(meta["config"], config_lib.to_dict(config))
-        updates_done = int(meta["updates"])
+    # Trace the update program, then compile it on a worker thread (XLA releases the GIL)
+    # while this thread compiles and runs init and restores a checkpoint.
+    abstract = programs.abstract_state()
+    lowered = {n: programs.update.lower(abstract, n) for n in sorted(call_sizes)}
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        pending_compiles = {n: pool.submit(low.compile) for n, low in lowered.items()}
+        state = programs.init()
+        updates_done = 0
+        if resume:
+            if checkpointer.latest_step() is None:
+                raise CheckpointError(f"no complete checkpoint in {ckpt_dir}; run without "
+                                      f"--resume to start a new run")
+            state, meta = checkpointer.restore(state)
+            check_compatible(meta["config"], config_lib.to_dict(config))
+            updates_done = int(meta["updates"])
+        compiled = {n: f.result() for n, f in pending_compiles.items()}
     first_update = updates_done
     remaining = sizes.num_updates - updates_done
-    k = sizes.updates_per_call
     calls = [k] * (remaining // k) + ([remaining % k] if remaining % k else [])
-    compiled = {n: programs.update.lower(state, n).compile() for n in sorted(set(calls))}
     evaluate = None
     if config.eval_every:
         train_state = state.train

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
-from jax.sharding import Mesh
+from jax.sharding import Mesh, NamedSharding
 
 from jaxrl_dist import envs as envs_lib
 from jaxrl_dist import losses, rollout
@@ -111,6 +111,7 @@ class Programs(NamedTuple):
     update: Callable[[RunState, int], tuple[RunState, dict[str, jax.Array]]]
     nets: Networks
     schedule: Callable
+    abstract_state: Callable[[], RunState]   # shapes + shardings of init()'s result
 
 
 def _local_env_ids(num_local: int) -> jax.Array:
@@ -230,4 +231,17 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
         return body(state)
 
     update = jax.jit(update, static_argnums=1, donate_argnums=0)
-    return Programs(init, update, nets, schedule)
+
+    def abstract_state() -> RunState:
+        """What init() returns, as ShapeDtypeStructs with shardings: lets the update program
+        compile without (and concurrently with) running init."""
+        shapes = jax.eval_shape(init)
+
+        def like(tree, spec):
+            sharding = NamedSharding(mesh, spec)
+            return jax.tree.map(
+                lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
+
+        return RunState(like(shapes.train, REPLICATED), like(shapes.envs, SHARDED))
+
+    return Programs(init, update, nets, schedule, abstract_state)
