@@ -152,7 +152,7 @@ def _train(config, run_dir, resume, env, env_params, devices, progress, start):
     programs = make_programs(config, sizes, spec, mesh)
     k = sizes.updates_per_call
     call_sizes = {k} | ({sizes.num_updates % k} if sizes.num_updates % k else set())
-    checkpointer = Checkpointer(ckpt_dir, keep=config.keep_checkpoints)  # imports orbax (~1 s)
+    checkpointer = Checkpointer(ckpt_dir, keep=config.keep_checkpoints)  # imports orbax
     compile_start = time.perf_counter()
     # Trace the update program, then compile it on a worker thread (XLA releases the GIL)
     # while this thread compiles and runs init and restores a checkpoint.
