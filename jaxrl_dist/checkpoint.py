@@ -54,9 +54,6 @@ class Checkpointer:
         """Block until a save in progress is complete on disk."""
         self._manager.wait_until_finished()
 
-    def all_steps(self) -> list[int]:
-        return list(self._manager.all_steps())
-
     def save(self, state: RunState, meta: dict[str, Any]) -> None:
         """Save at step ``meta["updates"]`` (a collective: every process calls it)."""
         ocp = _ocp()

@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import jax
 import numpy as np
-from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+from jax.sharding import Mesh, PartitionSpec as P
 
 DATA_AXIS = "data"
 
@@ -23,10 +23,6 @@ def make_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
     devices = list(jax.devices() if devices is None else devices)
     devices.sort(key=lambda d: (d.process_index, d.id))
     return Mesh(np.array(devices), (DATA_AXIS,))
-
-
-def replicated(mesh: Mesh) -> NamedSharding:
-    return NamedSharding(mesh, REPLICATED)
 
 
 def to_host(tree: Any) -> Any:

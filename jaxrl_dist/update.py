@@ -110,7 +110,6 @@ class Programs(NamedTuple):
     init: Callable[[], RunState]
     update: Callable[[RunState, int], tuple[RunState, dict[str, jax.Array]]]
     nets: Networks
-    schedule: Callable
     abstract_state: Callable[[], RunState]   # shapes + shardings of init()'s result
 
 
@@ -244,4 +243,4 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
 
         return RunState(like(shapes.train, REPLICATED), like(shapes.envs, SHARDED))
 
-    return Programs(init, update, nets, schedule, abstract_state)
+    return Programs(init, update, nets, abstract_state)

@@ -290,3 +290,53 @@ def test_nodes_that_disagree_on_the_job_size_fail_fast(tmp_path):
     assert all("FAILED: node" in err for _, err in outs)
     assert time.monotonic() - start < 90
     assert _workers_of(str(tmp_path / "run")) == {}
+
+
+HELPERS_SCRIPT = """
+import json, sys
+import jax, numpy as np
+from jaxrl_dist import distributed
+
+with distributed.distributed_context():
+    rank = distributed.process_index()
+    out = {
+        "rank": rank,
+        "count": distributed.process_count(),
+        "main": distributed.is_main_process(),
+        "sum": int(distributed.allreduce_sum(np.int32(rank + 1))),
+        "from_0": int(distributed.broadcast(np.int32(100 + rank))),
+        "gathered": distributed.allgather(np.int32(rank)).tolist(),
+        "devices": jax.device_count(),
+    }
+    distributed.barrier("done")
+    print(json.dumps(out), flush=True)
+    if rank == 1 and sys.argv[1] == "fail":
+        raise RuntimeError("boom in rank 1")
+"""
+
+
+@pytest.mark.timeout(200)
+@pytest.mark.parametrize("mode", ["ok", "fail"])
+def test_distributed_context_and_process_helpers(tmp_path, mode):
+    """A custom script (no launcher) joins a 2-process job from JAXRL_* variables; the helpers
+    agree; an exception inside the context exits 1 at once, not at JAX's shutdown barrier."""
+    script = tmp_path / "script.py"
+    script.write_text(HELPERS_SCRIPT)
+    port = launch.pick_free_port()
+    procs = [subprocess.Popen(
+        [sys.executable, str(script), mode],
+        env=_env(JAXRL_COORDINATOR=f"127.0.0.1:{port}", JAXRL_NUM_PROCESSES="2",
+                 JAXRL_PROCESS_ID=str(r), JAX_PLATFORMS="cpu",
+                 XLA_FLAGS="--xla_force_host_platform_device_count=2"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
+    start = time.monotonic()
+    outs = [p.communicate(timeout=120) for p in procs]
+    results = [json.loads(o[0].strip().splitlines()[-1]) for o in outs]
+    for r, res in enumerate(results):
+        assert res == {"rank": r, "count": 2, "main": r == 0, "sum": 3, "from_0": 100,
+                       "gathered": [0, 1], "devices": 4}
+    if mode == "ok":
+        assert [p.returncode for p in procs] == [0, 0]
+    else:
+        assert procs[1].returncode == 1 and "boom in rank 1" in outs[1][1]
+        assert time.monotonic() - start < 60
