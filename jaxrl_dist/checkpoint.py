@@ -12,9 +12,13 @@ is involved: arrays go to tensorstore, metadata to JSON.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import sys
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterator
 
 import jax
 
@@ -72,9 +76,10 @@ class Checkpointer:
         target = jax.tree.map(
             lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), like)
         try:
-            restored = self._manager.restore(
-                step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
-                                              meta=ocp.args.JsonRestore()))
+            with _quiet_stderr_on_failure():
+                restored = self._manager.restore(
+                    step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
+                                                  meta=ocp.args.JsonRestore()))
         except Exception as e:  # orbax/tensorstore raise many types for damaged files
             first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
             raise CheckpointError(f"checkpoint {step} in {self.directory} is unreadable "
@@ -84,6 +89,28 @@ class Checkpointer:
     def close(self) -> None:
         self._manager.wait_until_finished()
         self._manager.close()
+
+
+@contextlib.contextmanager
+def _quiet_stderr_on_failure(grace_s: float = 1.0) -> Iterator[None]:
+    """Send file descriptor 2 to /dev/null while a restore runs, and on failure for ``grace_s``
+    more: when one read of a damaged checkpoint fails, tensorstore reads still in flight complete
+    into orbax's closed event loop and print "Event loop is closed" tracebacks from C++ threads,
+    burying the one-line error. The real cause is in the exception we raise."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    sink = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(sink, 2)
+    try:
+        yield
+    except Exception:
+        time.sleep(grace_s)
+        raise
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(sink)
 
 
 def check_compatible(saved: dict[str, Any], current: dict[str, Any], prefix: str = "") -> None:

@@ -158,7 +158,8 @@ def _train(config, run_dir, resume, env, env_params, devices, progress, start):
     # while this thread compiles and runs init and restores a checkpoint.
     abstract = programs.abstract_state()
     lowered = {n: programs.update.lower(abstract, n) for n in sorted(call_sizes)}
-    with ThreadPoolExecutor(max_workers=1) as pool:
+    pool = ThreadPoolExecutor(max_workers=1)
+    try:
         pending_compiles = {n: pool.submit(low.compile) for n, low in lowered.items()}
         state = programs.init()
         updates_done = 0
@@ -170,6 +171,8 @@ def _train(config, run_dir, resume, env, env_params, devices, progress, start):
             check_compatible(meta["config"], config_lib.to_dict(config))
             updates_done = int(meta["updates"])
         compiled = {n: f.result() for n, f in pending_compiles.items()}
+    finally:  # on an error, do not wait for the compile: fail at once
+        pool.shutdown(wait=False, cancel_futures=True)
     first_update = updates_done
     remaining = sizes.num_updates - updates_done
     calls = [k] * (remaining // k) + ([remaining % k] if remaining % k else [])
