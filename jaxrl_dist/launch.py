@@ -42,9 +42,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Sequence
 
+from jaxrl_dist.train import set_xla_env  # jax-free: train.py imports jax only inside main()
+
 EXIT_BAD_INPUT = 2
 EXIT_PREEMPTED = 75  # mirrors jaxrl_dist.distributed.EXIT_PREEMPTED (not imported: no jax here)
-CPU_SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 LOG_TAIL_LINES = 25
 
 
@@ -306,17 +307,11 @@ def plan(cfg: LaunchConfig, base_env: dict | None = None, resume: bool = False
                 "JAXRL_NUM_PROCESSES": str(cfg.world_size),
                 "JAXRL_PROCESS_ID": str(rank),
             })
-        flags = base_env.get("XLA_FLAGS", "")
-        if cfg.cpu_devices_per_proc is not None:
-            flags = " ".join(f for f in flags.split()
-                             if not f.startswith("--xla_force_host_platform_device_count"))
-            flags += f" --xla_force_host_platform_device_count={cfg.cpu_devices_per_proc}"
-            env["JAX_PLATFORMS"] = "cpu"
-        elif cfg.nproc_per_node > 1 and not cfg.auto:
+        xla = {"XLA_FLAGS": base_env.get("XLA_FLAGS", "")}
+        set_xla_env(cfg.cpu_devices_per_proc, xla)  # the trainer CLI's own flag logic
+        env.update(xla)
+        if cfg.cpu_devices_per_proc is None and cfg.nproc_per_node > 1 and not cfg.auto:
             env["JAXRL_LOCAL_DEVICE_IDS"] = str(local_rank)  # one accelerator per process
-        if "concurrency_optimized_scheduler" not in flags:
-            flags += " " + CPU_SCHEDULER_FLAG
-        env["XLA_FLAGS"] = flags.strip()
         args = list(cfg.trainer_args)
         if resume and "--resume" not in args:
             args.append("--resume")
