@@ -1,7 +1,8 @@
 """gymnax environments: creation by name, auto-reset, episode statistics, action clipping.
 
-Everything here is for ONE environment; callers ``vmap`` over environments. Keys come from the
-caller, which derives them from the global environment index (see ``update.py``).
+``reset`` is for ONE environment (callers ``vmap``); ``step`` takes a batch, so it can skip the
+auto-reset when no environment of the batch finished. Keys come from the caller, which derives
+them from the global environment index (see ``rollout.py``).
 """
 
 from __future__ import annotations
@@ -101,29 +102,66 @@ def to_env_action(spec: EnvSpec, action: jax.Array) -> jax.Array:
     return action
 
 
-def step(spec: EnvSpec, key: jax.Array, slot: EnvSlot, action: jax.Array
+def step_keys(keys: jax.Array) -> jax.Array:
+    """[..., key] -> [..., 2, key]: the (step, reset) key pair gymnax's ``Environment.step``
+    splits from its one key. Splitting ahead (for a whole rollout at once) keeps random-number
+    generation out of the step loop, where XLA:CPU runs threefry as a loop of its own."""
+    return jax.vmap(jax.random.split)(keys.reshape(-1, *keys.shape[-1:])).reshape(
+        *keys.shape[:-1], 2, *keys.shape[-1:])
+
+
+def _plain_gymnax(env: Any) -> bool:
+    """A gymnax Environment whose ``step`` is the library's own (so stepping it through
+    ``step_env``/``reset_env`` is exactly its semantics); wrappers and other objects are
+    stepped through their own ``step``."""
+    from gymnax.environments.environment import Environment
+
+    return isinstance(env, Environment) and type(env).step is Environment.step
+
+
+def step(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array
          ) -> tuple[EnvSlot, StepOutput]:
-    """Step one environment with auto-reset; tracks the running episode's return and length."""
-    out = spec.env.step(key, slot.env_state, to_env_action(spec, action), spec.params)
-    if len(out) == 6:   # gymnax >= 1.0: terminated and truncated are separate
-        obs, state, reward, terminated, truncated, info = out
-        final_obs = info.get("final_observation", obs)
-    else:               # older gymnax-style env: one done flag, treated as terminal
-        obs, state, reward, done, info = out
-        terminated, truncated, final_obs = done, jnp.zeros_like(done), obs
+    """Step a batch of environments with auto-reset; tracks each running episode's statistics.
+
+    Args:
+      keys: [E, 2, key] (step, reset) key pairs from :func:`step_keys`.  slots: [E].
+      action: [E, ...].
+    For a plain gymnax environment this is ``Environment.step`` with its auto-reset made lazy:
+    the reset (random draws and all) runs only when some environment of the batch finished,
+    instead of at every step. Outputs are the same as gymnax's.
+    """
+    env, params = spec.env, spec.params
+    action = to_env_action(spec, action)
+    key_step, key_reset = keys[:, 0], keys[:, 1]
+    if _plain_gymnax(env):
+        obs_st, state_st, reward, terminated, _ = jax.vmap(
+            env.step_env, (0, 0, 0, None))(key_step, slots.env_state, action, params)
+        truncated = jax.vmap(env.is_truncated, (0, None))(state_st, params)
+        done = jnp.logical_or(terminated, truncated)
+
+        def reset_finished():
+            obs_re, state_re = jax.vmap(env.reset_env, (0, None))(key_reset, params)
+            pick = lambda x, y: jax.vmap(jax.lax.select)(done, x, y)  # noqa: E731
+            return jax.tree.map(pick, obs_re, obs_st), jax.tree.map(pick, state_re, state_st)
+
+        obs, state = jax.lax.cond(jnp.any(done), reset_finished, lambda: (obs_st, state_st))
+        final_obs = obs_st
+    else:
+        obs, state, reward, terminated, truncated, final_obs = jax.vmap(_generic_step, (
+            None, 0, 0, 0))(spec, key_step, slots.env_state, action)
     terminated = jnp.asarray(terminated, bool)
     truncated = jnp.logical_and(jnp.asarray(truncated, bool), jnp.logical_not(terminated))
     done = jnp.logical_or(terminated, truncated)
     reward = jnp.asarray(reward, jnp.float32)
-    ep_return = slot.episode_return + reward
-    ep_length = slot.episode_length + 1
-    new_slot = EnvSlot(
+    ep_return = slots.episode_return + reward
+    ep_length = slots.episode_length + 1
+    new_slots = EnvSlot(
         env_state=state,
         obs=_float_obs(obs),
         episode_return=jnp.where(done, 0.0, ep_return),
         episode_length=jnp.where(done, 0, ep_length),
     )
-    return new_slot, StepOutput(
+    return new_slots, StepOutput(
         reward=reward,
         terminated=terminated,
         truncated=truncated,
@@ -131,3 +169,15 @@ def step(spec: EnvSpec, key: jax.Array, slot: EnvSlot, action: jax.Array
         finished_return=jnp.where(done, ep_return, 0.0),
         finished_length=jnp.where(done, ep_length, 0),
     )
+
+
+def _generic_step(spec: EnvSpec, key: jax.Array, state: Any, action: jax.Array):
+    """One environment through its own ``step`` (gymnax >= 1.0 6-tuple or older 5-tuple)."""
+    out = spec.env.step(key, state, action, spec.params)
+    if len(out) == 6:   # gymnax >= 1.0: terminated and truncated are separate
+        obs, state, reward, terminated, truncated, info = out
+        final_obs = info.get("final_observation", obs)
+    else:               # older gymnax-style env: one done flag, treated as terminal
+        obs, state, reward, done, info = out
+        terminated, truncated, final_obs = done, jnp.zeros_like(done), obs
+    return obs, state, reward, terminated, truncated, final_obs

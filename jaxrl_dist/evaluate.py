@@ -52,7 +52,6 @@ def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, mesh: Mesh
         env_ids = jax.lax.axis_index(DATA_AXIS) * local_envs + jnp.arange(local_envs)
         key_reset, key_steps = jax.random.split(key)
         slots = jax.vmap(lambda k: envs_lib.reset(spec, k))(rollout.env_keys(key_reset, env_ids))
-        step_env = jax.vmap(lambda k, s, a: envs_lib.step(spec, k, s, a))
 
         def cond(carry):
             t, _, _, _, done = carry
@@ -63,7 +62,7 @@ def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, mesh: Mesh
             obs = losses.normalize(moments, slots.obs) if normalize_obs else slots.obs
             action = nets.policy(params, obs).mode()
             keys = rollout.env_keys(jax.random.fold_in(key_steps, t), env_ids)
-            slots, out = step_env(keys, slots, action)
+            slots, out = envs_lib.step(spec, envs_lib.step_keys(keys), slots, action)
             ret = jnp.where(done, ret, ret + out.reward)
             length = jnp.where(done, length, length + 1)
             done = done | out.terminated | out.truncated

@@ -19,11 +19,23 @@ from jaxrl_dist.envs import EnvSpec
 _LOG_2PI = float(np.log(2.0 * np.pi))
 
 
+def action_noise(key: jax.Array, continuous: bool, action_dim: int) -> jax.Array:
+    """The randomness of one action draw, separate from the distribution so a rollout can draw
+    all of it in one batched op before its loop (per-step RNG ops dominate small rollouts)."""
+    if continuous:
+        return jax.random.normal(key, (action_dim,))
+    return jax.random.gumbel(key, (action_dim,))
+
+
 class Categorical(NamedTuple):
     logits: jax.Array   # [..., A]
 
     def sample(self, key: jax.Array) -> jax.Array:
-        return jax.random.categorical(key, self.logits)
+        return self.sample_from_noise(action_noise(key, False, self.logits.shape[-1]))
+
+    def sample_from_noise(self, gumbel: jax.Array) -> jax.Array:
+        """Gumbel-max: argmax(logits + Gumbel noise) is a draw from softmax(logits)."""
+        return jnp.argmax(self.logits + gumbel, axis=-1)
 
     def mode(self) -> jax.Array:
         return jnp.argmax(self.logits, axis=-1)
@@ -42,7 +54,10 @@ class DiagGaussian(NamedTuple):
     log_std: jax.Array   # [..., A]
 
     def sample(self, key: jax.Array) -> jax.Array:
-        return self.mean + jnp.exp(self.log_std) * jax.random.normal(key, self.mean.shape)
+        return self.sample_from_noise(jax.random.normal(key, self.mean.shape))
+
+    def sample_from_noise(self, normal: jax.Array) -> jax.Array:
+        return self.mean + jnp.exp(self.log_std) * normal
 
     def mode(self) -> jax.Array:
         return self.mean

@@ -2,6 +2,11 @@
 
 Randomness is keyed by the GLOBAL environment index and the step number, never by device or
 process, so a given environment sees the same action and transition noise on any topology.
+
+Small rollouts (a few environments per device) are bound by the per-iteration cost of the
+step loop, not by arithmetic, so the loop body holds only what must be sequential: the actor,
+the action draw and the environment step. Keys and action noise for every step are drawn in
+one batched op before the loop, and the critic runs once on all observations after it.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ import jax.numpy as jnp
 
 from jaxrl_dist import envs as envs_lib
 from jaxrl_dist.envs import EnvSlot, EnvSpec
-from jaxrl_dist.networks import Networks
+from jaxrl_dist.networks import Networks, action_noise
 from jaxrl_dist.types import Transition
 
 
@@ -41,28 +46,38 @@ def collect(
     Returns:
       (environments after the rollout, transitions [T, E, ...]).
     """
-    step_env = jax.vmap(lambda k, s, a: envs_lib.step(spec, k, s, a))
+    # Step t of environment e uses keys derived from (key, t, global index e) only.
+    keys = jax.vmap(lambda t: env_keys(jax.random.fold_in(key, t), env_ids))(
+        jnp.arange(num_steps))                                               # [T, E]
+    key_act, key_env = jnp.moveaxis(jax.vmap(jax.vmap(jax.random.split))(keys), 2, 0)
+    noise = jax.vmap(jax.vmap(lambda k: action_noise(k, spec.continuous, spec.action_dim)))(
+        key_act)                                                             # [T, E, A]
+    key_env = envs_lib.step_keys(key_env)                                    # [T, E, 2]
 
-    def env_step(slots: EnvSlot, t: jax.Array):
-        keys = env_keys(jax.random.fold_in(key, t), env_ids)
-        key_act, key_env = jnp.moveaxis(jax.vmap(jax.random.split)(keys), 1, 0)
-        obs = normalize_fn(slots.obs)
-        dist = nets.policy(params, obs)
-        value = nets.value(params, obs)
-        action = jax.vmap(lambda d, k: d.sample(k))(dist, key_act)
+    def env_step(slots: EnvSlot, xs):
+        noise_t, key_env_t = xs
+        dist = nets.policy(params, normalize_fn(slots.obs))
+        action = dist.sample_from_noise(noise_t)
         log_prob = dist.log_prob(action)
-        new_slots, out = step_env(key_env, slots, action)
-        reward = out.reward
-        if bootstrap_truncation:
-            # A time limit is not a terminal state: credit the value of where it stopped.
-            final_value = nets.value(params, normalize_fn(out.final_obs))
-            reward = reward + gamma * jnp.where(out.truncated, final_value, 0.0)
+        new_slots, out = envs_lib.step(spec, key_env_t, slots, action)
         transition = Transition(
-            obs=slots.obs, action=action, log_prob=log_prob, value=value, reward=reward,
+            obs=slots.obs, action=action, log_prob=log_prob, value=None, reward=out.reward,
             done=jnp.logical_or(out.terminated, out.truncated),
             finished_return=out.finished_return, finished_length=out.finished_length)
-        return new_slots, transition
+        extra = (out.truncated, out.final_obs) if bootstrap_truncation else None
+        return new_slots, (transition, extra)
 
     # Two steps per loop iteration: XLA:CPU's per-iteration overhead dominates small batches
     # (measured +25 % env steps/s on CartPole with 4 envs; 4 or 8 were slower and compile longer).
-    return jax.lax.scan(env_step, slots, jnp.arange(num_steps), unroll=2)
+    slots, (traj, extra) = jax.lax.scan(env_step, slots, (noise, key_env), unroll=2)
+
+    def values(obs: jax.Array) -> jax.Array:                 # [T, E, *obs] -> [T, E]
+        flat = obs.reshape(-1, *spec.obs_shape)
+        return nets.value(params, normalize_fn(flat)).reshape(obs.shape[:2])
+
+    reward = traj.reward
+    if bootstrap_truncation:
+        # A time limit is not a terminal state: credit the value of where it stopped.
+        truncated, final_obs = extra
+        reward = reward + gamma * jnp.where(truncated, values(final_obs), 0.0)
+    return slots, traj._replace(value=values(traj.obs), reward=reward)

@@ -53,8 +53,8 @@ def make_optimizer(config: Config, sizes: Sizes) -> tuple[optax.GradientTransfor
     def network(tree):
         return {name: name for name in tree}
 
-    per_network = optax.chain(optax.clip_by_global_norm(p.max_grad_norm),
-                              optax.adam(schedule, eps=p.adam_eps))
+    per_network = optax.flatten(optax.chain(optax.clip_by_global_norm(p.max_grad_norm),
+                                            optax.adam(schedule, eps=p.adam_eps)))
     optimizer = optax.multi_transform({"actor": per_network, "critic": per_network}, network)
     return optimizer, schedule
 

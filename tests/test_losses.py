@@ -108,6 +108,14 @@ def test_categorical_log_prob_and_mode():
     assert int(d.mode()[0]) == 1
 
 
+def test_categorical_samples_follow_the_probabilities():
+    probs = np.array([0.2, 0.5, 0.3])
+    d = Categorical(jnp.log(jnp.asarray(probs)))
+    samples = jax.vmap(d.sample)(jax.random.split(jax.random.PRNGKey(0), 30000))
+    np.testing.assert_allclose(np.bincount(np.asarray(samples), minlength=3) / 30000, probs,
+                               atol=0.01)
+
+
 @pytest.mark.parametrize("splits", [[7], [3, 4], [1, 2, 4]])
 def test_merged_moments_equal_moments_of_concatenation(splits):
     rng = np.random.default_rng(1)

@@ -1,0 +1,76 @@
+"""envs.step (batched, lazy auto-reset) against gymnax's own Environment.step."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from gymnax.wrappers.purerl import GymnaxWrapper
+
+from jaxrl_dist import envs
+
+
+def _random_actions(spec, key, shape):
+    if spec.continuous:
+        return jax.random.uniform(key, (*shape, spec.action_dim), minval=-3.0, maxval=3.0)
+    return jax.random.randint(key, shape, 0, spec.action_dim)
+
+
+def _rollouts(spec, num_envs=3, num_steps=260):
+    """The same keys and actions through envs.step and through vmap(env.step)."""
+    key_reset, key_steps, key_actions = jax.random.split(jax.random.PRNGKey(0), 3)
+    slots = jax.vmap(lambda k: envs.reset(spec, k))(jax.random.split(key_reset, num_envs))
+    keys = jax.random.split(key_steps, num_steps * num_envs).reshape(num_steps, num_envs, -1)
+    actions = _random_actions(spec, key_actions, (num_steps, num_envs))
+
+    def ours(slots, xs):
+        k, a = xs
+        slots, out = envs.step(spec, envs.step_keys(k), slots, a)
+        return slots, (slots.obs, out.reward, out.terminated, out.truncated, out.final_obs)
+
+    def reference(state, xs):
+        k, a = xs
+        a = envs.to_env_action(spec, a)
+        obs, state, reward, term, trunc, info = jax.vmap(
+            spec.env.step, (0, 0, 0, None))(k, state, a, spec.params)
+        trunc = jnp.logical_and(trunc, jnp.logical_not(term))
+        return state, (obs, reward, term, trunc, info["final_observation"])
+
+    _, got = jax.jit(lambda s: jax.lax.scan(ours, s, (keys, actions)))(slots)
+    _, want = jax.jit(lambda s: jax.lax.scan(reference, s, (keys, actions)))(slots.env_state)
+    return got, want
+
+
+@pytest.mark.parametrize("name", ["CartPole-v1", "Pendulum-v1", "Asterix-MinAtar"])
+def test_lazy_reset_step_equals_gymnax_step(name):
+    spec = envs.make_env(name)
+    assert envs._plain_gymnax(spec.env)
+    got, want = _rollouts(spec)
+    names = ("obs", "reward", "terminated", "truncated", "final_obs")
+    for field, g, w in zip(names, got, want):
+        g, w = np.asarray(g), np.asarray(w)
+        if g.dtype == bool:
+            np.testing.assert_array_equal(g, w, err_msg=field)
+        else:   # the two programs fuse differently: allow float rounding
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-5, err_msg=field)
+    terminated, truncated = np.asarray(got[2]), np.asarray(got[3])
+    assert terminated.any() or truncated.any(), "no episode ended: the reset path was not run"
+    if name == "Pendulum-v1":   # 200-step time limit inside the 260 steps
+        assert truncated.any()
+
+
+class DoubleReward(GymnaxWrapper):
+    """A wrapper with its own step: must be stepped through it, not through step_env."""
+
+    def step(self, key, state, action, params=None):
+        obs, state, reward, term, trunc, info = self._env.step(key, state, action, params)
+        return obs, state, 2.0 * reward, term, trunc, info
+
+
+def test_wrapped_env_is_stepped_through_its_own_step():
+    base = envs.make_env("CartPole-v1")
+    spec = envs.make_env(DoubleReward(base.env), base.params)
+    assert not envs._plain_gymnax(spec.env)
+    slots = jax.vmap(lambda k: envs.reset(spec, k))(jax.random.split(jax.random.PRNGKey(0), 2))
+    keys = envs.step_keys(jax.random.split(jax.random.PRNGKey(1), 2))
+    _, out = envs.step(spec, keys, slots, jnp.zeros(2, jnp.int32))
+    np.testing.assert_array_equal(out.reward, [2.0, 2.0])
