@@ -8,7 +8,7 @@ and optimizer state are replicated. Collectives over ``DATA_AXIS`` make every st
   pmap-era ``pmean(grad(local_loss))`` silently scales the update by the device count: see
   shared/DESIGN.md section 2 and tests/test_update.py.
 * advantage normalisation, observation moments, explained variance and episode statistics use
-  ``psum`` of sums and counts.
+  ONE ``psum`` of sums and counts per update.
 
 Minibatches are stratified by environment: every epoch, each environment's time steps are
 permuted with a key derived from its global index, and minibatch ``m`` takes slice ``m`` of every
@@ -59,18 +59,18 @@ def make_optimizer(config: Config, sizes: Sizes) -> tuple[optax.GradientTransfor
     return optimizer, schedule
 
 
-def normalize_minibatch_advantages(advantage: jax.Array, axis_name: str) -> jax.Array:
-    """Normalise each global minibatch's advantages by its own global mean and std.
+def advantage_sums(advantage: jax.Array) -> jax.Array:
+    """[..., n_local] -> [3, ...]: local sums, sums of squares and counts of each minibatch."""
+    return jnp.stack([jnp.sum(advantage, -1), jnp.sum(jnp.square(advantage), -1),
+                      jnp.full(advantage.shape[:-1], advantage.shape[-1], advantage.dtype)])
 
-    ``advantage``: [M, n_local], this device's part of M minibatches. The statistics of all M
-    minibatches travel in ONE all-reduce (sums and sums of squares).
-    """
-    n = jnp.float32(advantage.shape[1])
-    sums = jax.lax.psum(jnp.stack([jnp.sum(advantage, 1), jnp.sum(jnp.square(advantage), 1),
-                                   jnp.full(advantage.shape[:1], n)]), axis_name)   # [3, M]
-    mean = sums[0] / sums[2]
-    std = jnp.sqrt(jnp.maximum(sums[1] / sums[2] - jnp.square(mean), 0.0))
-    return (advantage - mean[:, None]) / (std[:, None] + 1e-8)
+
+def normalize_advantages(advantage: jax.Array, global_sums: jax.Array) -> jax.Array:
+    """Normalise each minibatch by its GLOBAL mean and std (``global_sums``: psum of
+    :func:`advantage_sums` over the data axis)."""
+    mean = global_sums[0] / global_sums[2]
+    std = jnp.sqrt(jnp.maximum(global_sums[1] / global_sums[2] - jnp.square(mean), 0.0))
+    return (advantage - mean[..., None]) / (std[..., None] + 1e-8)
 
 
 def make_sgd_step(config: Config, nets: Networks, optimizer: optax.GradientTransformation,
@@ -155,56 +155,73 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
         data = losses.LossInputs(normalize_fn(traj.obs), traj.action, traj.log_prob,
                                  traj.value, advantages, targets)
 
-        # UPDATE NETWORK: epochs x stratified minibatches
-        def epoch(carry, key_epoch):
-            perms = jax.vmap(lambda e: jax.random.permutation(
-                jax.random.fold_in(key_epoch, e), T))(env_ids)                     # [E, T]
+        # MINIBATCHES: stratified by environment; every epoch's permutations drawn up front
+        def epoch_perm(key_epoch):                                                 # [E, T]
+            return jax.vmap(lambda e: jax.random.permutation(
+                jax.random.fold_in(key_epoch, e), T))(env_ids)
 
-            def to_minibatches(x):                                                 # [T, E, ...]
-                x = jax.vmap(lambda xe, pe: xe[pe])(jnp.swapaxes(x, 0, 1), perms)  # [E, T, ...]
-                x = x.reshape(E, M, T // M, *x.shape[2:])
-                return jnp.swapaxes(x, 0, 1).reshape(M, E * (T // M), *x.shape[3:])
+        def to_minibatches(x, perm):                              # [T, E, ...] -> [M, n, ...]
+            x = jax.vmap(lambda xe, pe: xe[pe])(jnp.swapaxes(x, 0, 1), perm)       # [E, T, ...]
+            x = x.reshape(E, M, T // M, *x.shape[2:])
+            return jnp.swapaxes(x, 0, 1).reshape(M, E * (T // M), *x.shape[3:])
+
+        perms = jax.vmap(epoch_perm)(jax.random.split(key_shuffle, p.update_epochs))
+        epoch_advantages = jax.vmap(to_minibatches, (None, 0))(advantages, perms)  # [U, M, n]
+
+        # ONE all-reduce for every global statistic of this rollout: advantage moments of all
+        # epochs' minibatches, observation moments, episode and value metrics. Small
+        # collectives cost latency, not bandwidth (gloo between processes), so fusing them
+        # matters as much as their count.
+        residual = targets - traj.value
+        obs = traj.obs.reshape(-1, *spec.obs_shape)
+        parts = {
+            "advantage": advantage_sums(epoch_advantages) if p.normalize_advantages else None,
+            "obs": (jnp.stack([jnp.sum(obs, 0), jnp.sum(jnp.square(obs), 0)])
+                    if p.normalize_observations else None),
+            "metrics": jnp.stack([
+                jnp.sum(traj.finished_return),
+                jnp.sum(traj.finished_length).astype(jnp.float32),
+                jnp.sum(traj.finished_length > 0).astype(jnp.float32),
+                jnp.sum(targets), jnp.sum(jnp.square(targets)),
+                jnp.sum(residual), jnp.sum(jnp.square(residual)),
+                jnp.float32(targets.size)]),
+        }
+        flat, unravel = ravel_pytree(parts)
+        sums = unravel(jax.lax.psum(flat, DATA_AXIS))
+        if p.normalize_advantages:
+            epoch_advantages = normalize_advantages(epoch_advantages, sums["advantage"])
+
+        # UPDATE NETWORK: epochs x minibatches
+        def epoch(carry, xs):
+            perm, advantage = xs
 
             def minibatch(carry, batch):
                 params, opt_state, info, gnorm = sgd_step(*carry, batch)
                 return (params, opt_state), (info, gnorm)
 
-            minibatches = jax.tree.map(to_minibatches, data)
-            if p.normalize_advantages:
-                minibatches = minibatches._replace(advantage=normalize_minibatch_advantages(
-                    minibatches.advantage, DATA_AXIS))
-            return jax.lax.scan(minibatch, carry, minibatches)
+            minibatches = jax.tree.map(lambda x: to_minibatches(x, perm), data)
+            return jax.lax.scan(minibatch, carry, minibatches._replace(advantage=advantage))
 
         (params, opt_state), (info, grad_norm) = jax.lax.scan(
-            epoch, (train.params, train.opt_state), jax.random.split(key_shuffle, p.update_epochs))
+            epoch, (train.params, train.opt_state), (perms, epoch_advantages))
 
         # OBSERVATION STATISTICS (global moments of this rollout, used from the next one on)
         moments = train.obs_moments
         if p.normalize_observations:
-            flat = traj.obs.reshape(-1, *spec.obs_shape)
-            count = jnp.float32(flat.shape[0] * mesh.size)
-            sums = jax.lax.psum(jnp.stack([jnp.sum(flat, 0), jnp.sum(jnp.square(flat), 0)]),
-                                DATA_AXIS)
-            mean = sums[0] / count
-            var = jnp.maximum(sums[1] / count - jnp.square(mean), 0.0)
+            count = jnp.float32(obs.shape[0] * mesh.size)
+            mean = sums["obs"][0] / count
+            var = jnp.maximum(sums["obs"][1] / count - jnp.square(mean), 0.0)
             moments = losses.merge_moments(moments, mean, var, count)
 
-        # METRICS: every global sum in one all-reduce
-        residual = targets - traj.value
-        sums = jax.lax.psum(jnp.stack([
-            jnp.sum(traj.finished_return),
-            jnp.sum(traj.finished_length).astype(jnp.float32),
-            jnp.sum(traj.finished_length > 0).astype(jnp.float32),
-            jnp.sum(targets), jnp.sum(jnp.square(targets)),
-            jnp.sum(residual), jnp.sum(jnp.square(residual)),
-            jnp.float32(targets.size)]), DATA_AXIS)
-        n = sums[7]
-        target_var = sums[4] / n - jnp.square(sums[3] / n)
-        residual_var = sums[6] / n - jnp.square(sums[5] / n)
+        # METRICS
+        m = sums["metrics"]
+        n = m[7]
+        target_var = m[4] / n - jnp.square(m[3] / n)
+        residual_var = m[6] / n - jnp.square(m[5] / n)
         metrics = {
-            "episode_return_sum": sums[0],
-            "episode_length_sum": sums[1],
-            "episodes": sums[2],
+            "episode_return_sum": m[0],
+            "episode_length_sum": m[1],
+            "episodes": m[2],
             "total_loss": jnp.mean(info.total),
             "policy_loss": jnp.mean(info.policy_loss),
             "value_loss": jnp.mean(info.value_loss),
@@ -214,7 +231,7 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
             "grad_norm": jnp.mean(grad_norm),
             "explained_variance": 1.0 - residual_var / (target_var + 1e-8),
             "learning_rate": schedule(train.update * p.update_epochs * M),
-            "value_mean": sums[3] / n,
+            "value_mean": m[3] / n,
         }
         new_train = TrainState(params, opt_state, moments, key, train.update + 1)
         return RunState(new_train, slots), metrics

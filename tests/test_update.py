@@ -52,7 +52,8 @@ def _sharded_step(config, nets, optimizer, params, batch, num_devices):
     step = update.make_sgd_step(config, nets, optimizer)
 
     def local(q, s, b):
-        adv = update.normalize_minibatch_advantages(b.advantage[None], DATA_AXIS)[0]
+        sums = jax.lax.psum(update.advantage_sums(b.advantage), DATA_AXIS)
+        adv = update.normalize_advantages(b.advantage, sums)
         return step(q, s, b._replace(advantage=adv))[0]
 
     fn = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(REPLICATED, REPLICATED, SHARDED),
