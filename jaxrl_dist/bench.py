@@ -10,6 +10,7 @@ Measures what docs/benchmarks.md reports, by running the real command lines as s
   rejax       rejax's PPO and ours alternately on the same task and hyperparameters; rejax
               runs in its own virtual environment (.bench/rejax, created on first use)
   results     learning results of the shipped configs (return reached, steps, wall, SPS)
+  collectives latency of one cross-process all-reduce (gloo, 2 processes, pinned/unpinned)
 
 Every measurement is repeated (--repeats) and reported as min / median / max; results go to
 OUT/NAME.json and OUT/NAME.md. Nothing here is used by training.
@@ -154,22 +155,26 @@ def bench_throughput(args) -> tuple[list[dict], str]:
 
 
 def bench_scaling(args) -> tuple[list[dict], str]:
-    base = [f"total_timesteps={args.steps}", "checkpoint_every=0", "check_replicas_every=0",
-            *args.set]
-    e = args.envs_per_proc
-    out, md = [], ["| scaling | envs (global) | SPS 1 proc | SPS 2 procs | efficiency |",
-                   "|---|---|---|---|---|"]
-    for kind, envs1, envs2 in (("weak", e, 2 * e), ("strong", 2 * e, 2 * e)):
-        one = repeat(f"{kind} 1 proc", lambda d: launch_cmd(d, 1, 1, args.config,
-                                                            base + [f"num_envs={envs1}"], pin=1),
-                     args.repeats)
-        two = repeat(f"{kind} 2 procs", lambda d: launch_cmd(d, 2, 1, args.config,
-                                                             base + [f"num_envs={envs2}"], pin=1),
-                     args.repeats)
-        eff = two["sps"]["median"] / (2 * one["sps"]["median"])
-        out.append({"kind": kind, "one": one, "two": two, "efficiency": eff})
-        md.append(f"| {kind} | {envs1} -> {envs2} | {_fmt(one['sps'])} | {_fmt(two['sps'])} | "
-                  f"{eff:.0%} |")
+    """Weak and strong scaling 1 -> 2 pinned processes, for each envs-per-process size: the
+    per-update compute grows with the envs while the number of all-reduces per update does
+    not, so the sweep shows where cross-process latency stops mattering."""
+    out, md = [], ["| scaling | envs (global) | env steps | SPS 1 proc | SPS 2 procs | efficiency |",
+                   "|---|---|---|---|---|---|"]
+    for e in args.envs_per_proc:
+        # at least 40 updates of the 2-process run, so steady SPS is not a handful of calls
+        steps = max(args.steps, 40 * 2 * e * 128)
+        base = [f"total_timesteps={steps}", "checkpoint_every=0", "check_replicas_every=0",
+                *args.set]
+        for kind, envs1, envs2 in (("weak", e, 2 * e), ("strong", 2 * e, 2 * e)):
+            one = repeat(f"{kind} 1 proc, {envs1} envs", lambda d: launch_cmd(
+                d, 1, 1, args.config, base + [f"num_envs={envs1}"], pin=1), args.repeats)
+            two = repeat(f"{kind} 2 procs, {envs2} envs", lambda d: launch_cmd(
+                d, 2, 1, args.config, base + [f"num_envs={envs2}"], pin=1), args.repeats)
+            eff = two["sps"]["median"] / (2 * one["sps"]["median"])
+            out.append({"kind": kind, "envs_per_proc": e, "steps": steps, "one": one,
+                        "two": two, "efficiency": eff})
+            md.append(f"| {kind} | {envs1} -> {envs2} | {steps:,} | {_fmt(one['sps'])} | "
+                      f"{_fmt(two['sps'])} | {eff:.0%} |")
     return out, "\n".join(md)
 
 
@@ -185,6 +190,75 @@ def bench_solve(args) -> tuple[list[dict], str]:
         md.append(f"| {r['label']} | {_fmt(r['wall_s'], 1)} | "
                   f"{', '.join(str(s) for s in r['solved_at_env_steps'])} | "
                   f"{sum(s == 'solved' for s in r['status'])}/{len(r['status'])} |")
+    return rows, "\n".join(md)
+
+
+ALLREDUCE_SCRIPT = textwrap.dedent("""
+    # One process of a 2-process all-reduce latency probe: psum of N floats, L times in one
+    # compiled loop, over jax.distributed + gloo (the transport the trainer uses on CPU).
+    import json, os, sys, time
+    import numpy as np
+    import jax
+    rank, port, n, loops = (int(a) for a in sys.argv[1:5])
+    jax.distributed.initialize(f"127.0.0.1:{port}", 2, rank)
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
+    mesh = Mesh(np.array(jax.devices()), ("d",))
+
+    def body(x):
+        def step(_, x):
+            return jax.lax.pcast(jax.lax.psum(x, "d") * 0.5, "d", to="varying")
+        return jax.lax.fori_loop(0, loops, step, x)
+
+    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d")))
+    x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("d")),
+                                               np.ones((1, n), np.float32))
+    jax.block_until_ready(f(x))
+    times = []
+    for _ in range(5):
+        t = time.perf_counter()
+        jax.block_until_ready(f(x))
+        times.append((time.perf_counter() - t) / loops * 1e6)
+    if rank == 0:
+        print(json.dumps({"us": times}))
+    jax.distributed.shutdown()
+""")
+
+
+def _free_port() -> int:
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def bench_collectives(args) -> tuple[list[dict], str]:
+    """Latency of one cross-process all-reduce (2 processes on 127.0.0.1, gloo), with each
+    process pinned to its own core and unpinned: the floor under every multi-process SGD step."""
+    script = Path(tempfile.mkdtemp()) / "allreduce.py"
+    script.write_text(ALLREDUCE_SCRIPT)
+    env = _clean_env(JAX_PLATFORMS="cpu",
+                     XLA_FLAGS="--xla_cpu_enable_concurrency_optimized_scheduler=false")
+    rows, md = [], ["| floats | processes pinned | all-reduce µs, median (min–max) |",
+                    "|---|---|---|"]
+    for n in (8, 9_200):   # 9,200 ~ the CartPole actor + critic gradient
+        for pinned in (False, True):
+            samples = []
+            for _ in range(args.repeats):
+                port = _free_port()
+                procs = []
+                for rank in range(2):
+                    pre = ["taskset", "-c", str(rank)] if pinned else []
+                    procs.append(subprocess.Popen(
+                        [*pre, sys.executable, str(script), str(rank), str(port), str(n), "200"],
+                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env))
+                outs = [p.communicate(timeout=300)[0] for p in procs]
+                samples.append(statistics.median(json.loads(outs[0].strip().splitlines()[-1])["us"]))
+            row = {"floats": n, "pinned": pinned, "us": stats(samples)}
+            rows.append(row)
+            print(f"  {n} floats, pinned={pinned}: {row['us']['median']:.0f} us",
+                  file=sys.stderr, flush=True)
+            md.append(f"| {n:,} | {'yes (one core each)' if pinned else 'no'} | "
+                      f"{_fmt(row['us'])} |")
     return rows, "\n".join(md)
 
 
@@ -297,13 +371,15 @@ def bench_results(args) -> tuple[list[dict], str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jaxrl_dist.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("what", choices=["throughput", "scaling", "solve", "rejax", "results"])
+    parser.add_argument("what", choices=["throughput", "scaling", "solve", "rejax", "results",
+                                         "collectives"])
     parser.add_argument("--config", default=CARTPOLE)
     parser.add_argument("--configs", nargs="+", default=list(RESULT_TARGETS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=500_000, help="env steps per run")
-    parser.add_argument("--envs-per-proc", type=int, default=16, help="scaling: envs/process")
+    parser.add_argument("--envs-per-proc", type=int, nargs="+", default=[16, 64, 256],
+                        help="scaling: envs per process (one weak + strong pair each)")
     parser.add_argument("--target", type=float, default=475.0, help="solve: eval return")
     parser.add_argument("--updates-per-call", type=int, default=10)
     parser.add_argument("--set", action="append", default=[], help="extra config override")
@@ -312,7 +388,8 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     fn = {"throughput": bench_throughput, "scaling": bench_scaling, "solve": bench_solve,
-          "rejax": bench_rejax, "results": bench_results}[args.what]
+          "rejax": bench_rejax, "results": bench_results,
+          "collectives": bench_collectives}[args.what]
     rows, table = fn(args)
     args.out.mkdir(parents=True, exist_ok=True)
     record = {"what": args.what, "started": started, "machine": machine(),
