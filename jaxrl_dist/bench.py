@@ -11,6 +11,7 @@ Measures what docs/benchmarks.md reports, by running the real command lines as s
               runs in its own virtual environment (.bench/rejax, created on first use)
   results     learning results of the shipped configs (return reached, steps, wall, SPS)
   collectives latency of one cross-process all-reduce (gloo, 2 processes, pinned/unpinned)
+  learning    final returns of ours, rejax and PureJaxRL on N seeds each (bench_learning.py)
 
 Every measurement is repeated (--repeats) and reported as min / median / max; results go to
 OUT/NAME.json and OUT/NAME.md. Nothing here is used by training.
@@ -372,7 +373,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jaxrl_dist.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["throughput", "scaling", "solve", "rejax", "results",
-                                         "collectives"])
+                                         "collectives", "learning"])
     parser.add_argument("--config", default=CARTPOLE)
     parser.add_argument("--configs", nargs="+", default=list(RESULT_TARGETS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -384,12 +385,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--updates-per-call", type=int, default=10)
     parser.add_argument("--set", action="append", default=[], help="extra config override")
     parser.add_argument("--out", type=Path, default=Path("docs/bench"))
+    parser.add_argument("--tasks", nargs="+", default=["cartpole"],
+                        help="learning: tasks (cartpole, acrobot, pendulum)")
+    parser.add_argument("--trainers", nargs="+", default=["jaxrl_dist", "rejax", "purejaxrl"])
+    parser.add_argument("--num-seeds", type=int, default=16, help="learning: seeds per trainer")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--purejaxrl-dir", type=Path, default=Path(".bench/purejaxrl"),
+                        help="learning: a PureJaxRL checkout (see benches/peers/README.md)")
+    parser.add_argument("--timeout", type=float, default=3600, help="learning: per trainer")
     args = parser.parse_args(argv)
 
     started = time.strftime("%Y-%m-%d %H:%M:%S")
+    from jaxrl_dist.bench_learning import bench_learning
+
     fn = {"throughput": bench_throughput, "scaling": bench_scaling, "solve": bench_solve,
           "rejax": bench_rejax, "results": bench_results,
-          "collectives": bench_collectives}[args.what]
+          "collectives": bench_collectives, "learning": bench_learning}[args.what]
     rows, table = fn(args)
     args.out.mkdir(parents=True, exist_ok=True)
     record = {"what": args.what, "started": started, "machine": machine(),

@@ -27,7 +27,7 @@ from jaxrl_dist.types import RunState
 # Config keys that may change between a run and its resumption: they steer bookkeeping only,
 # not what is computed. Everything else must match the checkpoint.
 RESUMABLE_CHANGES = ("updates_per_call", "checkpoint_every", "keep_checkpoints", "eval_every",
-                     "eval_episodes", "target_return")
+                     "eval_episodes", "target_return", "solved_return")
 
 
 class CheckpointError(RuntimeError):

@@ -48,6 +48,12 @@ class PPOConfig:
                                         default=False)
     bootstrap_truncation: bool = _doc("bootstrap V(final obs) at time-limit truncations",
                                       default=True)
+    normalize_values: bool = _doc("critic learns value targets normalised by their running "
+                                  "global mean/std", default=False)
+    target_kl: float | None = _doc("skip an update's remaining SGD steps once a minibatch's "
+                                   "global approx KL exceeds 1.5 x target_kl; null = off",
+                                   default=None)
+    anneal_clip_eps: bool = _doc("linearly anneal clip_eps to 0 over training", default=False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,11 +77,14 @@ class Config:
     checkpoint_every: int = _doc("updates between checkpoints (also saved at start, end and on "
                                  "preemption); 0 = only those", default=100)
     keep_checkpoints: int = _doc("how many recent checkpoints to keep", default=3)
-    eval_every: int = _doc("updates between deterministic evaluations; 0 = off", default=0)
+    eval_every: int = _doc("updates between deterministic evaluations; 0 = only the final one "
+                           "(a run always evaluates its final policy)", default=0)
     eval_episodes: int = _doc("global number of evaluation episodes (one per eval env)",
                               default=16)
     target_return: float | None = _doc("stop early once eval return reaches this; null = off",
                                        default=None)
+    solved_return: float | None = _doc("final eval return at which the task counts as solved; "
+                                       "only reported, never stops the run", default=None)
     check_replicas_every: int = _doc("updates between cross-process parameter fingerprint "
                                      "comparisons; 0 = off", default=100)
     ppo: PPOConfig = field(default_factory=PPOConfig)
@@ -234,8 +243,12 @@ def from_dict(data: dict[str, Any]) -> Config:
 
 def load(path: str | Path | None, overrides: list[str] = ()) -> Config:
     """Config from an optional YAML file plus ``KEY=VALUE`` overrides."""
-    data = load_yaml(path) if path is not None else {}
-    return from_dict(apply_overrides(data, list(overrides)))
+    data = apply_overrides(load_yaml(path) if path is not None else {}, list(overrides))
+    if "env" not in data:  # an empty or half-written file must not silently train CartPole
+        raise ConfigError(f"config {path if path is not None else '(none)'} names no "
+                          f"environment: add a line such as 'env: CartPole-v1' (or pass "
+                          f"--set env=CartPole-v1)")
+    return from_dict(data)
 
 
 # --------------------------------------------------------------------------------------------
@@ -270,6 +283,8 @@ def check(config: Config) -> None:
     _require(p.clip_eps > 0, f"ppo.clip_eps must be > 0, got {p.clip_eps}")
     _require(p.vf_clip_eps is None or p.vf_clip_eps > 0,
              f"ppo.vf_clip_eps must be > 0 or null, got {p.vf_clip_eps}")
+    _require(p.target_kl is None or p.target_kl > 0,
+             f"ppo.target_kl must be > 0 or null, got {p.target_kl}")
     _require(p.learning_rate > 0, f"ppo.learning_rate must be > 0, got {p.learning_rate}")
     _require(p.max_grad_norm > 0, f"ppo.max_grad_norm must be > 0, got {p.max_grad_norm}")
     for name in ("ent_coef", "vf_coef"):
@@ -289,9 +304,9 @@ def derive_sizes(config: Config, num_devices: int) -> Sizes:
         ok = [k * num_devices for k in range(1, 4)]
         raise ConfigError(f"num_envs ({c.num_envs}) must be divisible by the number of devices "
                           f"({num_devices}); e.g. num_envs={ok[0]}, {ok[1]} or {ok[2]}")
-    if c.eval_every and c.eval_episodes % num_devices:
+    if c.eval_episodes % num_devices:
         raise ConfigError(f"eval_episodes ({c.eval_episodes}) must be divisible by the number of "
-                          f"devices ({num_devices})")
+                          f"devices ({num_devices}): the final evaluation spreads them evenly")
     batch = c.num_envs * c.num_steps
     num_updates = c.total_timesteps // batch
     return Sizes(

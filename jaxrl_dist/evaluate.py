@@ -40,15 +40,16 @@ def _device_varying(tree: Any) -> Any:
 
 
 def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, mesh: Mesh
-                      ) -> Callable[[Any, losses.Moments, jax.Array], dict[str, jax.Array]]:
-    """(params, obs moments, update index) -> {"return_mean", "return_std", "length_mean"}."""
+                      ) -> Callable[[Any, losses.Moments, jax.Array, jax.Array],
+                                    dict[str, jax.Array]]:
+    """(params, obs moments, seed key, update index) -> {"return_mean", "return_std",
+    "length_mean"}. The seed key is an argument so one compiled program serves every seed."""
     local_envs = config.eval_episodes // mesh.size
     max_steps = int(getattr(spec.params, "max_steps_in_episode", DEFAULT_MAX_STEPS))
     normalize_obs = config.ppo.normalize_observations
 
-    def local_eval(params, moments, update):
-        key = jax.random.fold_in(jax.random.fold_in(jax.random.PRNGKey(config.seed),
-                                                    EVAL_STREAM), update)
+    def local_eval(params, moments, seed_key, update):
+        key = jax.random.fold_in(jax.random.fold_in(seed_key, EVAL_STREAM), update)
         env_ids = jax.lax.axis_index(DATA_AXIS) * local_envs + jnp.arange(local_envs)
         key_reset, key_steps = jax.random.split(key)
         slots = jax.vmap(lambda k: envs_lib.reset(spec, k))(rollout.env_keys(key_reset, env_ids))
@@ -79,5 +80,5 @@ def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, mesh: Mesh
                 "return_std": jnp.sqrt(jnp.maximum(sums[1] / sums[3] - jnp.square(mean), 0.0)),
                 "length_mean": sums[2] / sums[3]}
 
-    return jax.jit(jax.shard_map(local_eval, mesh=mesh, in_specs=(REPLICATED,) * 3,
+    return jax.jit(jax.shard_map(local_eval, mesh=mesh, in_specs=(REPLICATED,) * 4,
                                  out_specs=REPLICATED))

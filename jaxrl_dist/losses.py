@@ -135,4 +135,14 @@ def merge_moments(running: Moments, batch_mean: jax.Array, batch_var: jax.Array,
 
 
 def normalize(moments: Moments, x: jax.Array, clip: float = 10.0) -> jax.Array:
-    return jnp.clip((x - moments.mean) / jnp.sqrt(moments.var + 1e-8), -clip, clip)
+    """Observations: standardised and clipped (outliers must not saturate the network)."""
+    return jnp.clip(standardize(moments, x), -clip, clip)
+
+
+def standardize(moments: Moments, x: jax.Array) -> jax.Array:
+    return (x - moments.mean) / jnp.sqrt(moments.var + 1e-8)
+
+
+def denormalize(moments: Moments, x: jax.Array) -> jax.Array:
+    """Inverse of :func:`standardize`: a normalised critic's output in return units."""
+    return x * jnp.sqrt(moments.var + 1e-8) + moments.mean

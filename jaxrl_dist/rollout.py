@@ -18,7 +18,7 @@ import jax.numpy as jnp
 
 from jaxrl_dist import envs as envs_lib
 from jaxrl_dist.envs import EnvSlot, EnvSpec
-from jaxrl_dist.networks import Networks, action_noise
+from jaxrl_dist.networks import action_noise
 from jaxrl_dist.types import Transition
 
 
@@ -29,9 +29,8 @@ def env_keys(key: jax.Array, env_ids: jax.Array) -> jax.Array:
 
 def collect(
     spec: EnvSpec,
-    nets: Networks,
-    params: Any,
-    normalize_fn: Callable[[jax.Array], jax.Array],
+    policy_fn: Callable[[jax.Array], Any],
+    value_fn: Callable[[jax.Array], jax.Array],
     slots: EnvSlot,
     env_ids: jax.Array,
     key: jax.Array,
@@ -42,6 +41,8 @@ def collect(
     """Step the local environments ``num_steps`` times.
 
     Args:
+      policy_fn: raw observations [E, *obs] -> action distribution.
+      value_fn: raw observations [N, *obs] -> values [N] in return units.
       slots: [E] environments.  env_ids: [E] int32 global indices.  key: replicated.
     Returns:
       (environments after the rollout, transitions [T, E, ...]).
@@ -56,7 +57,7 @@ def collect(
 
     def env_step(slots: EnvSlot, xs):
         noise_t, key_env_t = xs
-        dist = nets.policy(params, normalize_fn(slots.obs))
+        dist = policy_fn(slots.obs)
         action = dist.sample_from_noise(noise_t)
         log_prob = dist.log_prob(action)
         new_slots, out = envs_lib.step(spec, key_env_t, slots, action)
@@ -73,7 +74,7 @@ def collect(
 
     def values(obs: jax.Array) -> jax.Array:                 # [T, E, *obs] -> [T, E]
         flat = obs.reshape(-1, *spec.obs_shape)
-        return nets.value(params, normalize_fn(flat)).reshape(obs.shape[:2])
+        return value_fn(flat).reshape(obs.shape[:2])
 
     reward = traj.reward
     if bootstrap_truncation:

@@ -31,9 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m jaxrl_dist.train",
                            description="Data-parallel PPO on one global JAX mesh.")
     parser.add_argument("config", nargs="?", help="YAML config, e.g. configs/cartpole.yaml")
-    parser.add_argument("--set", dest="overrides", action="append", default=[],
-                        metavar="KEY=VALUE", help="override a config key (dotted for nesting); "
-                        "repeatable, e.g. --set num_envs=8 --set ppo.learning_rate=1e-3")
+    parser.add_argument("--set", dest="overrides", action="extend", nargs="+", default=[],
+                        metavar="KEY=VALUE", help="override config keys (dotted for nesting), "
+                        "e.g. --set num_envs=8 ppo.learning_rate=1e-3; repeatable")
     parser.add_argument("--run-dir", help="where run files go (default runs/ENV-seedS-TIME)")
     parser.add_argument("--cpu-devices", type=int, metavar="N",
                         help="make this process see N CPU devices (simulates N accelerators)")
@@ -60,6 +60,9 @@ def set_xla_env(cpu_devices: int | None, environ=os.environ) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # `--set K=V CONFIG`: the greedy --set took the config file; give it back
+    if args.config is None and args.overrides and "=" not in args.overrides[-1]:
+        args.config = args.overrides.pop()
     if args.help_config:
         from jaxrl_dist.config import describe
         for key, default, text in describe():
@@ -105,8 +108,24 @@ def main(argv: list[str] | None = None) -> int:
             "compile_time_s", "wall_time_s", "param_norm", "param_fingerprint", "run_dir")
     print(json.dumps({"rank": distributed.process_index(), **{k: summary[k] for k in keys}}),
           flush=True)
+    if distributed.is_main_process():
+        print(final_line(summary), flush=True)
     distributed.shutdown()
     return distributed.EXIT_PREEMPTED if summary["status"] == "preempted" else 0
+
+
+def final_line(summary: dict) -> str:
+    """What a person reads last: the final policy's evaluation and whether that solves it."""
+    if summary["eval_return"] is None:
+        return f"{summary['env']}: {summary['status']} (no final evaluation)"
+    line = (f"{summary['env']}: final evaluation return {summary['eval_return']:.1f} "
+            f"± {summary['eval_return_std']:.1f} over {summary['eval_episodes']} episodes "
+            f"after {summary['env_steps']:,} env steps")
+    solved = summary["solved_return"]
+    if solved is not None:
+        verdict = "SOLVED" if summary["eval_return"] >= solved else "NOT solved"
+        line += f" -> {verdict} (threshold {solved:g})"
+    return line
 
 
 def _bad_input(error: object) -> int:

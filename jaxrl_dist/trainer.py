@@ -161,7 +161,7 @@ def _train(config, run_dir, resume, env, env_params, devices, progress, start):
     pool = ThreadPoolExecutor(max_workers=1)
     try:
         pending_compiles = {n: pool.submit(low.compile) for n, low in lowered.items()}
-        state = programs.init()
+        state = programs.init(jax.random.PRNGKey(config.seed))
         updates_done = 0
         if resume:
             if checkpointer.latest_step() is None:
@@ -176,11 +176,14 @@ def _train(config, run_dir, resume, env, env_params, devices, progress, start):
     first_update = updates_done
     remaining = sizes.num_updates - updates_done
     calls = [k] * (remaining // k) + ([remaining % k] if remaining % k else [])
-    evaluate = None
-    if config.eval_every:
-        train_state = state.train
-        evaluate = make_eval_program(config, spec, programs.nets, mesh).lower(
-            train_state.params, train_state.obs_moments, train_state.update).compile()
+    for n in set(calls) - set(compiled):  # a checkpoint saved off this run's call grid
+        compiled[n] = programs.update.lower(abstract, n).compile()
+    # Evaluated every eval_every updates and always at the end: a run reports what its final
+    # policy does, not the best moment of its training curve.
+    train_state = state.train
+    eval_key = jax.random.PRNGKey(config.seed)
+    evaluate = make_eval_program(config, spec, programs.nets, mesh).lower(
+        train_state.params, train_state.obs_moments, eval_key, train_state.update).compile()
     jax.block_until_ready(state)
     compile_time = time.perf_counter() - compile_start
 
@@ -236,10 +239,10 @@ def _train(config, run_dir, resume, env, env_params, devices, progress, start):
         if pending is not None:
             emit(pending)
         pending = (metrics, updates_done, n)
-        if evaluate is not None and (_crossed(config.eval_every, before, updates_done)
-                                     or updates_done == sizes.num_updates):
+        if (_crossed(config.eval_every, before, updates_done)
+                or updates_done == sizes.num_updates):
             result = sharding.to_host(evaluate(state.train.params, state.train.obs_moments,
-                                               state.train.update))
+                                               eval_key, state.train.update))
             extra = {f"eval/{k}": float(v) for k, v in result.items()}
             evals.append({"env_steps": updates_done * sizes.batch_size, **extra})
             emit(pending, extra)  # the eval is logged on its own update's row
@@ -286,6 +289,9 @@ def _train(config, run_dir, resume, env, env_params, devices, progress, start):
         "final_return": returns[-1] if returns else None,
         "best_return": max(returns) if returns else None,
         "eval_return": evals[-1]["eval/return_mean"] if evals else None,
+        "eval_return_std": evals[-1]["eval/return_std"] if evals else None,
+        "eval_episodes": config.eval_episodes,
+        "solved_return": config.solved_return,
         "solved_at_env_steps": solved_at * sizes.batch_size if solved_at else None,
         "param_norm": norm,
         "param_fingerprint": digest,

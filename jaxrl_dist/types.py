@@ -16,6 +16,7 @@ class TrainState(NamedTuple):
     params: Any            # {"actor": ..., "critic": ...}
     opt_state: Any         # optax state
     obs_moments: Moments   # running observation statistics (global)
+    value_moments: Moments  # running statistics of value targets (global; scalar)
     key: jax.Array         # uint32[2]; split once per update
     update: jax.Array      # int32[]; completed updates
 

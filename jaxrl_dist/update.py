@@ -18,6 +18,7 @@ environments are spread over devices, which is what makes results topology-invar
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -77,9 +78,9 @@ def make_sgd_step(config: Config, nets: Networks, optimizer: optax.GradientTrans
                   axis_name: str = DATA_AXIS) -> Callable:
     """One gradient step on a global minibatch; call inside shard_map over ``axis_name``.
 
-    (params, opt_state, local minibatch, advantages already normalised if configured) ->
-    (params, opt_state, LossInfo, grad_norm). Every output is replicated (identical on all
-    devices).
+    (params, opt_state, local minibatch with advantages already normalised if configured,
+    clip_eps) -> (params, opt_state, LossInfo, grad_norm). Every output is replicated
+    (identical on all devices).
 
     The gradient is the mean over the global minibatch: each device differentiates its local
     mean loss w.r.t. a device-varying copy of the parameters (so no implicit psum is inserted),
@@ -89,13 +90,13 @@ def make_sgd_step(config: Config, nets: Networks, optimizer: optax.GradientTrans
     """
     p = config.ppo
 
-    def local_loss(params, batch):
-        return losses.ppo_loss(params, batch, nets.policy, nets.value, p.clip_eps,
+    def local_loss(params, batch, clip_eps):
+        return losses.ppo_loss(params, batch, nets.policy, nets.value, clip_eps,
                                p.vf_clip_eps, p.ent_coef, p.vf_coef)
 
-    def sgd_step(params: Any, opt_state: Any, batch: losses.LossInputs):
+    def sgd_step(params: Any, opt_state: Any, batch: losses.LossInputs, clip_eps: jax.Array):
         local_params = jax.lax.pcast(params, axis_name, to="varying")
-        grads, info = jax.grad(local_loss, has_aux=True)(local_params, batch)
+        grads, info = jax.grad(local_loss, has_aux=True)(local_params, batch, clip_eps)
         flat, unravel = ravel_pytree((grads, info))
         grads, info = unravel(jax.lax.pmean(flat, axis_name))
         updates, opt_state = optimizer.update(grads, opt_state, params)
@@ -107,7 +108,7 @@ def make_sgd_step(config: Config, nets: Networks, optimizer: optax.GradientTrans
 class Programs(NamedTuple):
     """The jitted programs of a run; all take and return global arrays."""
 
-    init: Callable[[], RunState]
+    init: Callable[[jax.Array], RunState]   # (seed key) -> state; the seed is an argument
     update: Callable[[RunState, int], tuple[RunState, dict[str, jax.Array]]]
     nets: Networks
     abstract_state: Callable[[], RunState]   # shapes + shardings of init()'s result
@@ -126,13 +127,13 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
     T, E, M = config.num_steps, sizes.local_envs, p.num_minibatches
 
     # ---------------------------------------------------------------------------- init
-    def init_local() -> RunState:
-        key_params, key_envs, key_train = jax.random.split(jax.random.PRNGKey(config.seed), 3)
+    def init_local(seed_key: jax.Array) -> RunState:
+        key_params, key_envs, key_train = jax.random.split(seed_key, 3)
         params = nets.init(key_params)
         env_ids = _local_env_ids(E)
         slots = jax.vmap(lambda k: envs_lib.reset(spec, k))(rollout.env_keys(key_envs, env_ids))
-        train = TrainState(params, optimizer.init(params),
-                           losses.init_moments(spec.obs_shape), key_train, jnp.int32(0))
+        train = TrainState(params, optimizer.init(params), losses.init_moments(spec.obs_shape),
+                           losses.init_moments(()), key_train, jnp.int32(0))
         return RunState(train, slots)
 
     # ---------------------------------------------------------------------------- update
@@ -144,16 +145,18 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
         def normalize_fn(x):
             return losses.normalize(train.obs_moments, x) if p.normalize_observations else x
 
+        def value_fn(obs):  # in return units, whatever the critic's own scale
+            value = nets.value(train.params, normalize_fn(obs))
+            return losses.denormalize(train.value_moments, value) if p.normalize_values else value
+
         # COLLECT TRAJECTORIES
-        slots, traj = rollout.collect(spec, nets, train.params, normalize_fn, state.envs,
-                                      env_ids, key_rollout, T, p.gamma, p.bootstrap_truncation)
+        slots, traj = rollout.collect(
+            spec, lambda obs: nets.policy(train.params, normalize_fn(obs)), value_fn,
+            state.envs, env_ids, key_rollout, T, p.gamma, p.bootstrap_truncation)
 
         # ADVANTAGES
-        last_value = nets.value(train.params, normalize_fn(slots.obs))
         advantages, targets = losses.compute_gae(traj.reward, traj.value, traj.done,
-                                                 last_value, p.gamma, p.gae_lambda)
-        data = losses.LossInputs(normalize_fn(traj.obs), traj.action, traj.log_prob,
-                                 traj.value, advantages, targets)
+                                                 value_fn(slots.obs), p.gamma, p.gae_lambda)
 
         # MINIBATCHES: stratified by environment; every epoch's permutations drawn up front
         def epoch_perm(key_epoch):                                                 # [E, T]
@@ -190,20 +193,46 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
         sums = unravel(jax.lax.psum(flat, DATA_AXIS))
         if p.normalize_advantages:
             epoch_advantages = normalize_advantages(epoch_advantages, sums["advantage"])
+        m = sums["metrics"]
+        n = m[7]
 
-        # UPDATE NETWORK: epochs x minibatches
+        # VALUE TARGETS in the critic's scale: moments updated with this rollout's targets
+        value_moments = train.value_moments
+        if p.normalize_values:
+            mean = m[3] / n
+            value_moments = losses.merge_moments(
+                value_moments, mean, jnp.maximum(m[4] / n - jnp.square(mean), 0.0), n)
+            scale = functools.partial(losses.standardize, value_moments)
+        else:
+            scale = lambda x: x  # noqa: E731
+        data = losses.LossInputs(normalize_fn(traj.obs), traj.action, traj.log_prob,
+                                 scale(traj.value), advantages, scale(targets))
+        progress = train.update.astype(jnp.float32) / sizes.num_updates
+        clip_eps = p.clip_eps * (1.0 - progress) if p.anneal_clip_eps else jnp.float32(p.clip_eps)
+
+        # UPDATE NETWORK: epochs x minibatches. KL early stop: once a minibatch's GLOBAL
+        # approx KL (already reduced over the mesh, so every device agrees) exceeds
+        # 1.5 x target_kl, that step and every later one of this update is skipped.
         def epoch(carry, xs):
             perm, advantage = xs
 
             def minibatch(carry, batch):
-                params, opt_state, info, gnorm = sgd_step(*carry, batch)
-                return (params, opt_state), (info, gnorm)
+                params, opt_state, stopped = carry
+                new_params, new_opt_state, info, gnorm = sgd_step(params, opt_state, batch,
+                                                                  clip_eps)
+                if p.target_kl is not None:
+                    stopped = stopped | (info.approx_kl > 1.5 * p.target_kl)
+                    keep = lambda new, old: jax.tree.map(  # noqa: E731
+                        lambda a, b: jnp.where(stopped, b, a), new, old)
+                    new_params, new_opt_state = keep((new_params, new_opt_state),
+                                                     (params, opt_state))
+                return (new_params, new_opt_state, stopped), (info, gnorm, stopped)
 
             minibatches = jax.tree.map(lambda x: to_minibatches(x, perm), data)
             return jax.lax.scan(minibatch, carry, minibatches._replace(advantage=advantage))
 
-        (params, opt_state), (info, grad_norm) = jax.lax.scan(
-            epoch, (train.params, train.opt_state), (perms, epoch_advantages))
+        (params, opt_state, _), (info, grad_norm, skipped) = jax.lax.scan(
+            epoch, (train.params, train.opt_state, jnp.bool_(False)), (perms, epoch_advantages))
 
         # OBSERVATION STATISTICS (global moments of this rollout, used from the next one on)
         moments = train.obs_moments
@@ -214,8 +243,6 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
             moments = losses.merge_moments(moments, mean, var, count)
 
         # METRICS
-        m = sums["metrics"]
-        n = m[7]
         target_var = m[4] / n - jnp.square(m[3] / n)
         residual_var = m[6] / n - jnp.square(m[5] / n)
         metrics = {
@@ -230,16 +257,20 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
             "clip_fraction": jnp.mean(info.clip_fraction),
             "grad_norm": jnp.mean(grad_norm),
             "explained_variance": 1.0 - residual_var / (target_var + 1e-8),
+            "advantage_std": jnp.sqrt(jnp.maximum(residual_var, 0.0)),   # before normalising
             "learning_rate": schedule(train.update * p.update_epochs * M),
             "value_mean": m[3] / n,
+            "sgd_steps_fraction": 1.0 - jnp.mean(skipped.astype(jnp.float32)),
+            "clip_eps": clip_eps,
         }
-        new_train = TrainState(params, opt_state, moments, key, train.update + 1)
+        new_train = TrainState(params, opt_state, moments, value_moments, key, train.update + 1)
         return RunState(new_train, slots), metrics
 
     def update_local(state: RunState, num_updates: int):
         return jax.lax.scan(one_update, state, None, length=num_updates)
 
-    init = jax.jit(jax.shard_map(init_local, mesh=mesh, in_specs=(), out_specs=STATE_SPECS))
+    init = jax.jit(jax.shard_map(init_local, mesh=mesh, in_specs=(REPLICATED,),
+                                 out_specs=STATE_SPECS))
 
     def update(state: RunState, num_updates: int):
         body = jax.shard_map(lambda s: update_local(s, num_updates), mesh=mesh,
@@ -251,7 +282,7 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
     def abstract_state() -> RunState:
         """What init() returns, as ShapeDtypeStructs with shardings: lets the update program
         compile without (and concurrently with) running init."""
-        shapes = jax.eval_shape(init)
+        shapes = jax.eval_shape(init, jax.random.PRNGKey(0))
 
         def like(tree, spec):
             sharding = NamedSharding(mesh, spec)

@@ -47,6 +47,31 @@ def test_bad_input_is_one_line(argv, words, capsys, tmp_path):
     assert not (tmp_path / "run").exists()
 
 
+def test_empty_config_file_is_an_error_not_cartpole(tmp_path, capsys):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+    assert train_cli.main([str(empty), "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "names no environment" in err and "env:" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_one_set_takes_several_overrides():
+    args = train_cli.build_parser().parse_args([CFG, "--set", "num_envs=8", "seed=3",
+                                                "--set", "ppo.gamma=0.9"])
+    assert args.config == CFG and args.overrides == ["num_envs=8", "seed=3", "ppo.gamma=0.9"]
+    from jaxrl_dist import config as config_lib
+    cfg = config_lib.load(args.config, args.overrides)
+    assert (cfg.num_envs, cfg.seed, cfg.ppo.gamma) == (8, 3, 0.9)
+
+
+def test_set_before_the_config_file(tmp_path, capsys):
+    # --set is greedy; a config file after it is still the config (a one-line error here
+    # proves it was read as the config: the override is bad, not the argument layout)
+    assert train_cli.main(["--set", "num_envs=0", CFG, "--run-dir", str(tmp_path / "r")]) == 2
+    assert "num_envs must be >= 1" in capsys.readouterr().err
+
+
 def test_invalid_yaml_file(tmp_path, capsys):
     bad = tmp_path / "bad.yaml"
     bad.write_text("env: [unclosed\n")

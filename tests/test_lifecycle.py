@@ -62,7 +62,8 @@ def test_checkpoints_hold_the_whole_run_state(reference):
     assert steps == [10, 15, 20]  # keep_checkpoints=3 of 0, 5, 10, 15, 20
     state, meta = read_checkpoint(run / "checkpoints")
     assert meta["updates"] == 20 and meta["config"]["num_envs"] == 4
-    assert set(state["train"]) == {"params", "opt_state", "obs_moments", "key", "update"}
+    assert set(state["train"]) == {"params", "opt_state", "obs_moments", "value_moments", "key",
+                                  "update"}
     assert state["envs"]["obs"].shape == (4, 4)  # every environment's last observation
     assert int(state["train"]["update"]) == 20
 
@@ -92,6 +93,21 @@ def test_resume_on_another_topology(reference, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert resumed["env_steps"] == ref["env_steps"]
     assert max_rel_diff(params_of(run)[0], params_of(ref_run)[0]) <= 1e-4
+
+
+def test_resume_with_another_updates_per_call(reference, tmp_path):
+    """Saved at update 15 of a 5-per-call run, resumed 10 per call: the last call (5 updates)
+    is off the new grid and must still run (it was a KeyError traceback)."""
+    ref_run, ref = reference
+    run = tmp_path / "run"
+    shutil.copytree(ref_run, run)
+    shutil.rmtree(run / "checkpoints" / "20")
+    (run / "summary.json").unlink()
+    proc, resumed = train_cli(run, "--resume", "--set", "updates_per_call=10")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resuming at 15" in proc.stderr
+    assert resumed["env_steps"] == ref["env_steps"]
+    assert max_rel_diff(params_of(run)[0], params_of(ref_run)[0]) <= 1e-5
 
 
 def test_crash_during_save_falls_back_to_previous_checkpoint(reference, tmp_path):

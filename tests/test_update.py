@@ -54,7 +54,7 @@ def _sharded_step(config, nets, optimizer, params, batch, num_devices):
     def local(q, s, b):
         sums = jax.lax.psum(update.advantage_sums(b.advantage), DATA_AXIS)
         adv = update.normalize_advantages(b.advantage, sums)
-        return step(q, s, b._replace(advantage=adv))[0]
+        return step(q, s, b._replace(advantage=adv), config.ppo.clip_eps)[0]
 
     fn = jax.jit(jax.shard_map(local, mesh=mesh, in_specs=(REPLICATED, REPLICATED, SHARDED),
                                out_specs=REPLICATED))
@@ -107,7 +107,7 @@ def _train_params(config, num_devices):
     mesh = sharding.make_mesh(jax.devices()[:num_devices])
     sizes = config_lib.derive_sizes(config, num_devices)
     programs = update.make_programs(config, sizes, make_env(config.env), mesh)
-    state = programs.init()
+    state = programs.init(jax.random.PRNGKey(config.seed))
     metrics = None
     for _ in range(sizes.num_updates // config.updates_per_call):
         state, metrics = programs.update(state, config.updates_per_call)

@@ -1,0 +1,183 @@
+"""``python -m jaxrl_dist.bench learning``: final returns of ours and of peer PPOs, many seeds.
+
+Every trainer runs the same task, hyperparameters and budget on N seeds, each in ONE program
+(seeds vmapped), in its own process and virtual environment: ours through
+``python -m jaxrl_dist.seeds``, rejax and PureJaxRL through the runners in ``benches/peers/``
+(see its README for their venvs; PureJaxRL is not on the package index, so it is a checkout
+pinned by commit). Each prints one JSON line: per-seed final evaluation and training curves.
+
+Reported per task and trainer: mean and IQM of the final evaluation return with 95 % bootstrap
+CIs, the fraction of seeds at or above the threshold at the END, the median env steps to first
+reach it in training, and one PNG with each trainer's mean training curve and CI band.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+# name -> (config, solved threshold, gymnax-blines reference return or None)
+TASKS = {
+    "cartpole": ("configs/cartpole.yaml", 475.0, 500.0),
+    "acrobot": ("configs/acrobot.yaml", -100.0, -80.0),
+    "pendulum": ("configs/pendulum.yaml", -300.0, -130.0),
+}
+REJAX_PYTHON = Path(".bench/rejax/bin/python")
+PUREJAXRL_PYTHON = Path(".bench/purejaxrl-venv/bin/python")
+PEERS = Path(__file__).resolve().parent.parent / "benches" / "peers"
+XLA_ENV = {"XLA_FLAGS": "--xla_cpu_enable_concurrency_optimized_scheduler=false",
+           "JAX_PLATFORMS": "cpu"}
+
+
+# -------------------------------------------------------------------------------- statistics
+
+def iqm(x: np.ndarray) -> float:
+    """Interquartile mean: the mean of the middle 50 % (robust to a few outlier seeds)."""
+    x = np.sort(np.asarray(x, np.float64))
+    n = len(x)
+    lo, hi = int(np.floor(0.25 * n)), int(np.ceil(0.75 * n))
+    return float(np.mean(x[lo:hi])) if hi > lo else float(np.mean(x))
+
+
+def bootstrap_ci(x: np.ndarray, stat=np.mean, n: int = 10_000, seed: int = 0
+                 ) -> tuple[float, float]:
+    """95 % percentile-bootstrap CI of ``stat`` over seeds."""
+    x = np.asarray(x, np.float64)
+    rng = np.random.default_rng(seed)
+    samples = x[rng.integers(0, len(x), size=(n, len(x)))]
+    values = np.array([stat(s) for s in samples]) if stat is not np.mean else samples.mean(1)
+    return float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))
+
+
+def first_reach(steps: np.ndarray, curve: np.ndarray, threshold: float) -> list[int | None]:
+    """Per seed: env steps at which the training curve first reached ``threshold``."""
+    out = []
+    for row in np.asarray(curve):
+        hit = np.nonzero(row >= threshold)[0]
+        out.append(int(steps[hit[0]]) if hit.size else None)
+    return out
+
+
+def summarize(result: dict[str, Any], threshold: float) -> dict[str, Any]:
+    final = np.asarray(result["final_eval"], np.float64)
+    reach = first_reach(np.asarray(result["curve_steps"]), np.asarray(result["curve_return"]),
+                        threshold)
+    reached = [r for r in reach if r is not None]
+    return {
+        "trainer": result["trainer"], "n": len(final), "final_eval": final.tolist(),
+        "mean": float(final.mean()), "mean_ci": bootstrap_ci(final),
+        "iqm": iqm(final), "iqm_ci": bootstrap_ci(final, iqm, n=2000),
+        "solved_fraction": float(np.mean(final >= threshold)),
+        "median_steps_to_threshold": float(np.median(reached)) if reached else None,
+        "reached_in_training": len(reached), "eval_method": result.get("eval_method", ""),
+        "wall_s": result.get("wall_s"),
+    }
+
+
+# -------------------------------------------------------------------------------- runners
+
+def hparams(config) -> dict[str, Any]:
+    """The shared hyperparameters, in the peers' runners' vocabulary."""
+    p, n = config.ppo, config.network
+    return {"num_envs": config.num_envs, "num_steps": config.num_steps,
+            "update_epochs": p.update_epochs, "num_minibatches": p.num_minibatches,
+            "learning_rate": p.learning_rate, "anneal_lr": p.anneal_lr,
+            "max_grad_norm": p.max_grad_norm, "gamma": p.gamma, "gae_lambda": p.gae_lambda,
+            "clip_eps": p.clip_eps, "ent_coef": p.ent_coef, "vf_coef": p.vf_coef,
+            "hidden": list(n.actor_hidden), "activation": n.activation,
+            "normalize_observations": p.normalize_observations}
+
+
+def _run_json(cmd: list[str], timeout: float) -> dict[str, Any]:
+    env = {**{k: v for k, v in os.environ.items() if k not in XLA_ENV}, **XLA_ENV}
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{' '.join(cmd[:3])} ... failed ({proc.returncode}):\n"
+                           f"{proc.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def run_trainer(trainer: str, config_path: str, config, seeds: list[int], args) -> dict:
+    seed_arg = ",".join(map(str, seeds))
+    if trainer == "jaxrl_dist":
+        cmd = [sys.executable, "-m", "jaxrl_dist.seeds", config_path, "--seeds", seed_arg,
+               *[a for s in args.set for a in ("--set", s)]]
+    else:
+        python = REJAX_PYTHON if trainer == "rejax" else PUREJAXRL_PYTHON
+        if not python.exists():
+            raise RuntimeError(f"{trainer} venv missing ({python}): see benches/peers/README.md")
+        cmd = [str(python), str(PEERS / f"{trainer}_runner.py"), "--env", config.env,
+               "--seeds", seed_arg, "--total-timesteps", str(config.total_timesteps),
+               "--hparams", json.dumps(hparams(config))]
+        if trainer == "purejaxrl":
+            cmd += ["--purejaxrl-dir", str(args.purejaxrl_dir)]
+    return _run_json(cmd, timeout=args.timeout)
+
+
+def plot(task: str, results: dict[str, dict], threshold: float, path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for name, r in results.items():
+        steps = np.asarray(r["curve_steps"])
+        curve = np.asarray(r["curve_return"], np.float64)
+        curve = np.where(curve < -1e8, np.nan, curve)
+        mean = np.nanmean(curve, 0)
+        lo, hi = zip(*[bootstrap_ci(c[~np.isnan(c)], n=1000) if np.any(~np.isnan(c))
+                       else (np.nan, np.nan) for c in curve.T])
+        ax.plot(steps, mean, label=f"{name} ({curve.shape[0]} seeds)")
+        ax.fill_between(steps, lo, hi, alpha=0.25)
+    ax.axhline(threshold, color="gray", ls="--", lw=1)
+    ax.set_xlabel("env steps")
+    ax.set_ylabel("training episode return (mean, 95% CI)")
+    ax.set_title(task)
+    ax.legend()
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def bench_learning(args) -> tuple[list[dict], str]:
+    from jaxrl_dist import config as config_lib
+
+    seeds = list(range(args.first_seed, args.first_seed + args.num_seeds))
+    rows, md = [], []
+    for task in args.tasks:
+        config_path, threshold, reference = TASKS[task]
+        config = config_lib.load(config_path, args.set)
+        results = {}
+        for trainer in args.trainers:
+            print(f"  {task}: {trainer} on {len(seeds)} seeds ...", file=sys.stderr, flush=True)
+            results[trainer] = run_trainer(trainer, config_path, config, seeds, args)
+        plot(task, results, threshold, args.out / f"learning_{task}.png")
+        md += [f"\n### {task} ({config.env}, {config.total_timesteps:,} steps, {len(seeds)} "
+               f"seeds {seeds[0]}–{seeds[-1]}; threshold {threshold:g}, gymnax-blines "
+               f"reference {reference:g})\n",
+               "| trainer | final eval mean [95% CI] | IQM [95% CI] | seeds ≥ threshold at end "
+               "| median steps to threshold (seeds reaching it) | wall s |",
+               "|---|---|---|---|---|---|"]
+        for trainer, result in results.items():
+            s = summarize(result, threshold)
+            rows.append({"task": task, **s, "curve_steps": result["curve_steps"],
+                         "curve_return": result["curve_return"]})
+            steps = (f"{s['median_steps_to_threshold']:,.0f} ({s['reached_in_training']}/"
+                     f"{s['n']})" if s["median_steps_to_threshold"] is not None else
+                     f"— (0/{s['n']})")
+            md.append(f"| {trainer} | {s['mean']:.1f} [{s['mean_ci'][0]:.1f}, "
+                      f"{s['mean_ci'][1]:.1f}] | {s['iqm']:.1f} [{s['iqm_ci'][0]:.1f}, "
+                      f"{s['iqm_ci'][1]:.1f}] | {round(s['solved_fraction'] * s['n'])}/{s['n']} "
+                      f"| {steps} | {s['wall_s']:.0f} |")
+        md.append("\nEvaluation: " + "; ".join(
+            f"{t}: {summarize(r, threshold)['eval_method']}" for t, r in results.items()))
+        md.append(f"\n![{task}](bench/learning_{task}.png)")
+    return rows, "\n".join(md)

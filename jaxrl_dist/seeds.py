@@ -1,0 +1,100 @@
+"""Many seeds of one config as ONE program: the state gets a leading seed axis (``vmap``).
+
+Used to measure learning (``bench learning``) and by the CI learning test: a claim about a
+config is only as good as the number of seeds behind it, and 16 sequential runs cost 16
+compiles. Each seed's result equals a single run with that seed (same keys, same math).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_dist import config as config_lib
+from jaxrl_dist import sharding
+from jaxrl_dist.config import Config
+from jaxrl_dist.envs import make_env
+from jaxrl_dist.evaluate import make_eval_program
+from jaxrl_dist.update import make_programs
+
+
+def train_seeds(config: Config, seeds: Sequence[int], *, env: Any = None,
+                device: jax.Device | None = None) -> dict[str, Any]:
+    """Train ``config`` once per seed, all seeds vmapped in one program on one device.
+
+    Returns ``params`` (one tree per seed) and numpy arrays: ``curve_steps`` [C],
+    ``curve_return`` [S, C] (mean return of the
+    episodes finished in each call of ``updates_per_call`` updates, NaN if none) and
+    ``eval_return`` [S] (deterministic evaluation of the final parameters,
+    ``config.eval_episodes`` episodes per seed).
+    """
+    mesh = sharding.make_mesh([device or jax.devices()[0]])
+    sizes = config_lib.derive_sizes(config, 1)
+    spec = make_env(config.env if env is None else env)
+    programs = make_programs(config, sizes, spec, mesh)
+    evaluate = make_eval_program(config, spec, programs.nets, mesh)
+    keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray(list(seeds), jnp.uint32))
+
+    k = sizes.updates_per_call
+    calls = [k] * (sizes.num_updates // k) + ([sizes.num_updates % k] if sizes.num_updates % k
+                                               else [])
+    update = {n: jax.jit(jax.vmap(lambda s, n=n: programs.update(s, n)), donate_argnums=0)
+              for n in set(calls)}
+    state = jax.jit(jax.vmap(programs.init))(keys)
+    steps, returns, done, curves = [], [], 0, {}
+    for n in calls:
+        state, metrics = update[n](state)
+        done += n
+        ret = np.asarray(metrics["episode_return_sum"]).sum(1)
+        episodes = np.asarray(metrics["episodes"]).sum(1)
+        steps.append(done * sizes.batch_size)
+        returns.append(np.where(episodes > 0, ret / np.maximum(episodes, 1), np.nan))
+        for name in ("advantage_std", "explained_variance", "entropy", "approx_kl",
+                     "clip_fraction", "value_mean"):
+            curves.setdefault(name, []).append(np.asarray(metrics[name]).mean(1))
+    final = jax.jit(jax.vmap(evaluate))(state.train.params, state.train.obs_moments, keys,
+                                       state.train.update)
+    params = jax.device_get(state.train.params)
+    return {"params": [jax.tree.map(lambda x, i=i: x[i], params) for i in range(len(seeds))],
+            "curve_steps": np.asarray(steps), "curve_return": np.stack(returns, 1),
+            "eval_return": np.asarray(final["return_mean"]), "seeds": list(seeds),
+            **{f"curve_{name}": np.stack(v, 1) for name, v in curves.items()}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m jaxrl_dist.seeds CONFIG --seeds 0,1,2 [--set K=V ...]``: one JSON line with
+    every seed's final evaluation and training curve (the format ``bench learning`` reads from
+    every trainer it compares)."""
+    import argparse
+    import json
+    import os
+    import sys
+    import time
+
+    parser = argparse.ArgumentParser(prog="python -m jaxrl_dist.seeds")
+    parser.add_argument("config")
+    parser.add_argument("--seeds", required=True, help="comma-separated, e.g. 0,1,2")
+    parser.add_argument("--set", dest="overrides", action="append", default=[])
+    args = parser.parse_args(argv)
+    config = config_lib.load(args.config, args.overrides)
+    seeds = [int(s) for s in args.seeds.split(",")]
+    start = time.perf_counter()
+    result = train_seeds(config, seeds)
+    print(json.dumps({
+        "trainer": "jaxrl_dist", "env": config.env, "seeds": seeds,
+        "final_eval": result["eval_return"].tolist(),
+        "curve_steps": result["curve_steps"].tolist(),
+        "curve_return": np.nan_to_num(result["curve_return"], nan=-1e9).tolist(),
+        "eval_method": f"greedy (argmax / Gaussian mean) policy, {config.eval_episodes} "
+                       f"episodes per seed",
+        "wall_s": time.perf_counter() - start, "xla_flags": os.environ.get("XLA_FLAGS", "")}),
+        flush=True)
+    sys.stdout.flush()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
