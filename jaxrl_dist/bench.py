@@ -408,8 +408,10 @@ def main(argv: list[str] | None = None) -> int:
               "rows": rows}
     (args.out / f"{args.what}.json").write_text(json.dumps(record, indent=2) + "\n")
     m = record["machine"]
+    runs = (f"{args.num_seeds} seeds per trainer" if args.what == "learning"
+            else f"{args.repeats} repeat(s)")
     header = (f"{args.what}: {m['cpu']}, {m['cores']} cores, Python {m['python']}, jax "
-              f"{m['jax']}; {args.repeats} repeat(s); `python -m jaxrl_dist.bench "
+              f"{m['jax']}; {runs}; `python -m jaxrl_dist.bench "
               f"{' '.join(record['argv'])}` ({started})\n\n")
     (args.out / f"{args.what}.md").write_text(header + table + "\n")
     print(header + table)

@@ -138,7 +138,7 @@ def plot(task: str, results: dict[str, dict], threshold: float, path: Path) -> N
         ax.fill_between(steps, lo, hi, alpha=0.25)
     ax.axhline(threshold, color="gray", ls="--", lw=1)
     ax.set_xlabel("env steps")
-    ax.set_ylabel("training episode return (mean, 95% CI)")
+    ax.set_ylabel("episode return (mean, 95% CI over seeds)")
     ax.set_title(task)
     ax.legend()
     fig.tight_layout()

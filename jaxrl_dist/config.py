@@ -49,7 +49,8 @@ class PPOConfig:
     bootstrap_truncation: bool = _doc("bootstrap V(final obs) at time-limit truncations",
                                       default=True)
     normalize_values: bool = _doc("critic learns value targets normalised by their running "
-                                  "global mean/std", default=False)
+                                  "global mean/std (without it, CartPole's late collapse: "
+                                  "docs/learning.md)", default=True)
     target_kl: float | None = _doc("skip an update's remaining SGD steps once a minibatch's "
                                    "global approx KL exceeds 1.5 x target_kl; null = off",
                                    default=None)

@@ -176,6 +176,9 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
         # collectives cost latency, not bandwidth (gloo between processes), so fusing them
         # matters as much as their count.
         residual = targets - traj.value
+        # Sums of targets are taken around the running mean: E[x^2] - E[x]^2 of raw targets
+        # (~100 on CartPole) loses the variance to float32 cancellation once returns are stable.
+        shift = train.value_moments.mean
         obs = traj.obs.reshape(-1, *spec.obs_shape)
         parts = {
             "advantage": advantage_sums(epoch_advantages) if p.normalize_advantages else None,
@@ -185,7 +188,7 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
                 jnp.sum(traj.finished_return),
                 jnp.sum(traj.finished_length).astype(jnp.float32),
                 jnp.sum(traj.finished_length > 0).astype(jnp.float32),
-                jnp.sum(targets), jnp.sum(jnp.square(targets)),
+                jnp.sum(targets - shift), jnp.sum(jnp.square(targets - shift)),
                 jnp.sum(residual), jnp.sum(jnp.square(residual)),
                 jnp.float32(targets.size)]),
         }
@@ -197,11 +200,11 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
         n = m[7]
 
         # VALUE TARGETS in the critic's scale: moments updated with this rollout's targets
-        value_moments = train.value_moments
+        # (always tracked; used by the critic only with normalize_values)
+        target_var = jnp.maximum(m[4] / n - jnp.square(m[3] / n), 0.0)
+        value_moments = losses.merge_moments(train.value_moments, m[3] / n + shift,
+                                             target_var, n)
         if p.normalize_values:
-            mean = m[3] / n
-            value_moments = losses.merge_moments(
-                value_moments, mean, jnp.maximum(m[4] / n - jnp.square(mean), 0.0), n)
             scale = functools.partial(losses.standardize, value_moments)
         else:
             scale = lambda x: x  # noqa: E731
@@ -243,7 +246,6 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
             moments = losses.merge_moments(moments, mean, var, count)
 
         # METRICS
-        target_var = m[4] / n - jnp.square(m[3] / n)
         residual_var = m[6] / n - jnp.square(m[5] / n)
         metrics = {
             "episode_return_sum": m[0],
@@ -259,7 +261,7 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
             "explained_variance": 1.0 - residual_var / (target_var + 1e-8),
             "advantage_std": jnp.sqrt(jnp.maximum(residual_var, 0.0)),   # before normalising
             "learning_rate": schedule(train.update * p.update_epochs * M),
-            "value_mean": m[3] / n,
+            "value_mean": m[3] / n + shift,
             "sgd_steps_fraction": 1.0 - jnp.mean(skipped.astype(jnp.float32)),
             "clip_eps": clip_eps,
         }

@@ -1,0 +1,79 @@
+"""Run rejax's PPO on N seeds (vmapped, one program) and print one JSON line for
+``python -m jaxrl_dist.bench learning``. Runs in its own venv (rejax needs gymnax 0.0.9):
+
+    python3.11 -m venv .bench/rejax && .bench/rejax/bin/pip install rejax==0.1.3 gymnax==0.0.9
+
+What rejax does differently with the "same" hyperparameters (read from rejax 0.1.3's
+algos/ppo.py): no learning-rate annealing (constant LR), gradient clipped per ELEMENT
+(optax.clip), Adam eps 1e-8, value loss clipped at clip_eps, lecun-normal init, done = terminated
+or truncated (gymnax 0.0.9: no truncation bootstrap), and its own evaluation samples the
+stochastic policy (128 episodes). We report that curve as rejax's, and evaluate the FINAL policy
+greedily (argmax / Gaussian mean, clipped) on 16 episodes per seed like ours.
+"""
+
+import argparse
+import json
+import time
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from rejax import PPO
+from rejax.evaluate import evaluate
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--env", required=True)
+parser.add_argument("--seeds", required=True)
+parser.add_argument("--total-timesteps", type=int, required=True)
+parser.add_argument("--hparams", required=True)
+parser.add_argument("--eval-points", type=int, default=20)
+args = parser.parse_args()
+hp = json.loads(args.hparams)
+seeds = [int(s) for s in args.seeds.split(",")]
+batch = hp["num_envs"] * hp["num_steps"]
+eval_freq = max(batch, (args.total_timesteps // args.eval_points) // batch * batch)
+
+algo = PPO.create(
+    env=args.env, num_envs=hp["num_envs"], num_steps=hp["num_steps"],
+    num_epochs=hp["update_epochs"], num_minibatches=hp["num_minibatches"],
+    total_timesteps=args.total_timesteps, learning_rate=hp["learning_rate"],
+    max_grad_norm=hp["max_grad_norm"], gamma=hp["gamma"], gae_lambda=hp["gae_lambda"],
+    clip_eps=hp["clip_eps"], ent_coef=hp["ent_coef"], vf_coef=hp["vf_coef"],
+    normalize_observations=hp["normalize_observations"], eval_freq=eval_freq,
+    skip_initial_evaluation=True,
+    agent_kwargs={"hidden_layer_sizes": tuple(hp["hidden"]), "activation": hp["activation"]})
+
+
+def greedy_return(ts, rng):
+    def act(obs, rng):
+        if hp["normalize_observations"]:
+            obs = algo.normalize_obs(ts.obs_rms_state, obs)
+        dist = algo.actor.apply(ts.actor_ts.params, obs[None], method="_action_dist")
+        action = jnp.squeeze(dist.mode())
+        if hasattr(algo.actor, "action_range"):
+            action = jnp.clip(action, *algo.actor.action_range)
+        return action
+    _, returns = evaluate(act, rng, algo.env, algo.env_params, 16)
+    return returns.mean()
+
+
+start = time.perf_counter()
+keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray(seeds, jnp.uint32))
+train = jax.jit(jax.vmap(algo.train))
+compiled = train.lower(keys).compile()
+compile_s = time.perf_counter() - start
+ts, (lengths, returns) = compiled(keys)               # returns: [S, points, 128 episodes]
+final = jax.jit(jax.vmap(greedy_return))(ts, jax.vmap(jax.random.PRNGKey)(
+    jnp.asarray(seeds, jnp.uint32) + 7919))
+jax.block_until_ready(final)
+curve = np.asarray(returns).mean(-1)
+points = curve.shape[1]
+print(json.dumps({
+    "trainer": "rejax", "version": __import__("rejax").__version__
+    if hasattr(__import__("rejax"), "__version__") else "0.1.3", "env": args.env, "seeds": seeds,
+    "final_eval": np.asarray(final).tolist(),
+    "curve_steps": [(i + 1) * eval_freq for i in range(points)],
+    "curve_return": curve.tolist(),
+    "eval_method": "final: greedy policy, 16 episodes per seed; curve: rejax's own evaluation "
+                   "(stochastic policy, 128 episodes)",
+    "wall_s": time.perf_counter() - start, "compile_s": compile_s}), flush=True)
