@@ -11,7 +11,7 @@ Measures what docs/benchmarks.md reports, by running the real command lines as s
               runs in its own virtual environment (.bench/rejax, created on first use)
   results     learning results of the shipped configs (return reached, steps, wall, SPS)
   collectives latency of one cross-process all-reduce (gloo, 2 processes, pinned/unpinned)
-  learning    final returns of ours, rejax and PureJaxRL on N seeds each (bench_learning.py)
+  learning    final returns of ours and rejax on N seeds each (bench_learning.py)
 
 Every measurement is repeated (--repeats) and reported as min / median / max; results go to
 OUT/NAME.json and OUT/NAME.md. Nothing here is used by training.
@@ -387,11 +387,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path("docs/bench"))
     parser.add_argument("--tasks", nargs="+", default=["cartpole"],
                         help="learning: tasks (cartpole, acrobot, pendulum)")
-    parser.add_argument("--trainers", nargs="+", default=["jaxrl_dist", "rejax", "purejaxrl"])
+    parser.add_argument("--trainers", nargs="+", default=["jaxrl_dist", "rejax"],
+                        choices=["jaxrl_dist", "rejax"])
     parser.add_argument("--num-seeds", type=int, default=16, help="learning: seeds per trainer")
     parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--purejaxrl-dir", type=Path, default=Path(".bench/purejaxrl"),
-                        help="learning: a PureJaxRL checkout (see benches/peers/README.md)")
     parser.add_argument("--timeout", type=float, default=3600, help="learning: per trainer")
     args = parser.parse_args(argv)
 

@@ -2,9 +2,9 @@
 
 Every trainer runs the same task, hyperparameters and budget on N seeds, each in ONE program
 (seeds vmapped), in its own process and virtual environment: ours through
-``python -m jaxrl_dist.seeds``, rejax and PureJaxRL through the runners in ``benches/peers/``
-(see its README for their venvs; PureJaxRL is not on the package index, so it is a checkout
-pinned by commit). Each prints one JSON line: per-seed final evaluation and training curves.
+``python -m jaxrl_dist.seeds``, rejax through ``benches/peers/rejax_runner.py`` (its docstring
+has the venv). Each prints one JSON line: per-seed final evaluation and curves. (PureJaxRL, the
+third peer the learning issue asks for, has no runner yet.)
 
 Reported per task and trainer: mean and IQM of the final evaluation return with 95 % bootstrap
 CIs, the fraction of seeds at or above the threshold at the END, the median env steps to first
@@ -29,7 +29,6 @@ TASKS = {
     "pendulum": ("configs/pendulum.yaml", -300.0, -130.0),
 }
 REJAX_PYTHON = Path(".bench/rejax/bin/python")
-PUREJAXRL_PYTHON = Path(".bench/purejaxrl-venv/bin/python")
 PEERS = Path(__file__).resolve().parent.parent / "benches" / "peers"
 XLA_ENV = {"XLA_FLAGS": "--xla_cpu_enable_concurrency_optimized_scheduler=false",
            "JAX_PLATFORMS": "cpu"}
@@ -110,14 +109,13 @@ def run_trainer(trainer: str, config_path: str, config, seeds: list[int], args) 
         cmd = [sys.executable, "-m", "jaxrl_dist.seeds", config_path, "--seeds", seed_arg,
                *[a for s in args.set for a in ("--set", s)]]
     else:
-        python = REJAX_PYTHON if trainer == "rejax" else PUREJAXRL_PYTHON
-        if not python.exists():
-            raise RuntimeError(f"{trainer} venv missing ({python}): see benches/peers/README.md")
-        cmd = [str(python), str(PEERS / f"{trainer}_runner.py"), "--env", config.env,
+        if not REJAX_PYTHON.exists():
+            raise RuntimeError(f"rejax venv missing ({REJAX_PYTHON}): python3.11 -m venv "
+                               f".bench/rejax && .bench/rejax/bin/pip install rejax==0.1.3 "
+                               f"gymnax==0.0.9")
+        cmd = [str(REJAX_PYTHON), str(PEERS / "rejax_runner.py"), "--env", config.env,
                "--seeds", seed_arg, "--total-timesteps", str(config.total_timesteps),
                "--hparams", json.dumps(hparams(config))]
-        if trainer == "purejaxrl":
-            cmd += ["--purejaxrl-dir", str(args.purejaxrl_dir)]
     return _run_json(cmd, timeout=args.timeout)
 
 
