@@ -1,7 +1,8 @@
 """The distributed runtime: one idempotent initialize/shutdown and process-level helpers.
 
 Workers learn their place in the job from environment variables (set by
-``python -m jaxrl_dist.launch``, or by hand under ``srun``/``mpirun``):
+``python -m jaxrl_dist.launch``, or by hand under ``srun``/``mpirun``; the contract is
+``protocol.WorkerEnv``):
 
     JAXRL_COORDINATOR       host:port of process 0's coordination service
     JAXRL_NUM_PROCESSES     total number of processes
@@ -26,6 +27,8 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from jaxrl_dist.protocol import EXIT_PREEMPTED, WorkerEnv  # noqa: F401 (EXIT_PREEMPTED: API)
+
 DEFAULT_INIT_TIMEOUT = 60
 DEFAULT_HEARTBEAT_TIMEOUT = 10   # a dead peer takes the job down in well under 30 s
 DEFAULT_SHUTDOWN_TIMEOUT = 30
@@ -33,52 +36,41 @@ DEFAULT_SHUTDOWN_TIMEOUT = 30
 _initialized_here = False
 
 
-def _env_int(name: str, default: int | None = None) -> int | None:
-    value = os.environ.get(name)
-    if value in (None, ""):
-        return default
-    try:
-        return int(value)
-    except ValueError:
-        raise ValueError(f"environment variable {name} must be an integer, got {value!r}") from None
-
-
 def is_configured() -> bool:
     """Whether this process was told (by env vars) to join a multi-process job."""
-    return bool(os.environ.get("JAXRL_COORDINATOR") or os.environ.get("JAXRL_AUTO") == "1")
+    return WorkerEnv.from_env(os.environ).in_job
 
 
 def initialize() -> None:
-    """Join the job described by the ``JAXRL_*`` variables; a no-op for a single process.
+    """Join the job described by the worker variables (:class:`protocol.WorkerEnv`); a no-op
+    for a single process. Incomplete variables are a :class:`protocol.ContractError`.
 
     Idempotent: safe to call from a custom script and again from the trainer.
     """
     global _initialized_here
-    if _initialized_here or not is_configured():
+    worker = WorkerEnv.from_env(os.environ)
+    if _initialized_here or not worker.in_job:
         return
     kwargs: dict[str, Any] = dict(
-        initialization_timeout=_env_int("JAXRL_INIT_TIMEOUT", DEFAULT_INIT_TIMEOUT),
-        heartbeat_timeout_seconds=_env_int("JAXRL_HEARTBEAT_TIMEOUT", DEFAULT_HEARTBEAT_TIMEOUT),
+        initialization_timeout=worker.init_timeout or DEFAULT_INIT_TIMEOUT,
+        heartbeat_timeout_seconds=worker.heartbeat_timeout or DEFAULT_HEARTBEAT_TIMEOUT,
         shutdown_timeout_seconds=DEFAULT_SHUTDOWN_TIMEOUT,
     )
-    if os.environ.get("JAXRL_AUTO") != "1":
-        coordinator = os.environ["JAXRL_COORDINATOR"]
+    if not worker.auto:
         kwargs.update(
-            coordinator_address=coordinator,
-            num_processes=_env_int("JAXRL_NUM_PROCESSES"),
-            process_id=_env_int("JAXRL_PROCESS_ID"),
+            coordinator_address=worker.coordinator,
+            num_processes=worker.num_processes,
+            process_id=worker.process_id,
             # Listen only on the interface we were given, not on every interface.
-            coordinator_bind_address=os.environ.get("JAXRL_BIND_ADDRESS") or coordinator,
+            coordinator_bind_address=worker.bind_address or worker.coordinator,
         )
-        local_devices = os.environ.get("JAXRL_LOCAL_DEVICE_IDS")
-        if local_devices:
-            kwargs["local_device_ids"] = [int(x) for x in local_devices.split(",")]
+        if worker.local_device_ids:
+            kwargs["local_device_ids"] = [int(x) for x in worker.local_device_ids.split(",")]
     jax.distributed.initialize(**kwargs)
     _initialized_here = True
-    expected = _env_int("JAXRL_NUM_PROCESSES")
-    if expected is not None and jax.process_count() != expected:
+    if worker.num_processes is not None and jax.process_count() != worker.num_processes:
         raise RuntimeError(f"joined a job of {jax.process_count()} processes but "
-                           f"JAXRL_NUM_PROCESSES={expected}")
+                           f"JAXRL_NUM_PROCESSES={worker.num_processes}")
 
 
 def shutdown() -> None:
@@ -168,8 +160,6 @@ def allreduce_sum(value: Any) -> np.ndarray:
 
 # ------------------------------------------------------------------------------------------------
 # Worker-side supervision hooks (used by the trainer; inert without the launcher's env vars)
-
-EXIT_PREEMPTED = 75   # stopped on SIGTERM at an agreed update, state saved: resumable
 
 _stop_requested = False
 

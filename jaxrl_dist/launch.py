@@ -21,7 +21,7 @@ log. SIGINT/SIGTERM to the launcher are forwarded to workers, which stop at an a
 second signal, or --stop-grace seconds, force-kills. Workers die with the launcher (PDEATHSIG).
 
 Every option can also be given as an environment variable, e.g. --nproc-per-node as
-JAXRL_NPROC_PER_NODE (flags win).
+JAXRL_LAUNCH_NPROC_PER_NODE (flags win).
 """
 
 from __future__ import annotations
@@ -42,10 +42,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Callable, Sequence
 
-from jaxrl_dist.train import set_xla_env  # jax-free: train.py imports jax only inside main()
+from jaxrl_dist.protocol import (EXIT_BAD_INPUT, EXIT_PREEMPTED, WorkerEnv, launcher_env_name,
+                                 set_xla_env)
 
-EXIT_BAD_INPUT = 2
-EXIT_PREEMPTED = 75  # mirrors jaxrl_dist.distributed.EXIT_PREEMPTED (not imported: no jax here)
 LOG_TAIL_LINES = 25
 
 
@@ -118,8 +117,7 @@ _OPTIONS = [
 ]
 
 
-def env_name(flag: str) -> str:
-    return "JAXRL_" + flag.lstrip("-").upper().replace("-", "_")
+env_name = launcher_env_name  # the launcher's own inputs: JAXRL_LAUNCH_*, never a worker's
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -131,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
                             help=f"{text} [env {env_name(flag)}; default {default}]")
     parser.add_argument("--auto", action="store_true", default=None,
                         help="let jax.distributed.initialize() discover SLURM / Open MPI / "
-                             "TPU pod / Kubernetes (one launcher per process) [env JAXRL_AUTO]")
+                             "TPU pod / Kubernetes (one launcher per process) "
+                             "[env JAXRL_LAUNCH_AUTO]")
     parser.add_argument("--all-ranks", action="store_true", default=None,
                         help="show every rank's output on the console, prefixed")
     parser.add_argument("--dry-run", action="store_true", default=None,
@@ -289,29 +288,21 @@ def plan(cfg: LaunchConfig, base_env: dict | None = None, resume: bool = False
     workers = []
     for local_rank in range(cfg.nproc_per_node):
         rank = cfg.node_rank * cfg.nproc_per_node + local_rank
-        env = {
-            "JAXRL_LOCAL_RANK": str(local_rank),
-            "JAXRL_LOCAL_WORLD_SIZE": str(cfg.nproc_per_node),
-            "JAXRL_NODE_RANK": str(cfg.node_rank),
-            "JAXRL_INIT_TIMEOUT": str(cfg.init_timeout),
-            "JAXRL_HEARTBEAT_TIMEOUT": str(cfg.heartbeat_timeout),
-            "JAXRL_ERROR_FILE": str(cfg.log_dir / f"rank{rank}.error"),
-            "JAXRL_HEARTBEAT_FILE": str(cfg.log_dir / f"rank{rank}.heartbeat"),
-            "PYTHONUNBUFFERED": "1",
-        }
-        if cfg.auto:
-            env["JAXRL_AUTO"] = "1"
-        else:
-            env.update({
-                "JAXRL_COORDINATOR": cfg.coordinator,
-                "JAXRL_NUM_PROCESSES": str(cfg.world_size),
-                "JAXRL_PROCESS_ID": str(rank),
-            })
+        one_device_each = (cfg.cpu_devices_per_proc is None and cfg.nproc_per_node > 1
+                           and not cfg.auto)
+        worker = WorkerEnv(
+            coordinator=None if cfg.auto else cfg.coordinator,
+            num_processes=None if cfg.auto else cfg.world_size,
+            process_id=None if cfg.auto else rank,
+            auto=cfg.auto, local_rank=local_rank, local_world_size=cfg.nproc_per_node,
+            local_device_ids=str(local_rank) if one_device_each else None,
+            init_timeout=cfg.init_timeout, heartbeat_timeout=cfg.heartbeat_timeout,
+            error_file=str(cfg.log_dir / f"rank{rank}.error"),
+            heartbeat_file=str(cfg.log_dir / f"rank{rank}.heartbeat"))
+        env = {**worker.to_env(), "PYTHONUNBUFFERED": "1"}
         xla = {"XLA_FLAGS": base_env.get("XLA_FLAGS", "")}
-        set_xla_env(cfg.cpu_devices_per_proc, xla)  # the trainer CLI's own flag logic
+        set_xla_env(cfg.cpu_devices_per_proc, xla)  # the same flag logic as the trainer CLI
         env.update(xla)
-        if cfg.cpu_devices_per_proc is None and cfg.nproc_per_node > 1 and not cfg.auto:
-            env["JAXRL_LOCAL_DEVICE_IDS"] = str(local_rank)  # one accelerator per process
         args = list(cfg.trainer_args)
         if resume and "--resume" not in args:
             args.append("--resume")

@@ -16,9 +16,8 @@ import sys
 
 from jaxrl_dist.config import ConfigError
 
-# Work around jaxlib 0.10.2's CPU runtime idling forever on small machines in long programs.
-CPU_SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
-EXIT_BAD_INPUT = 2
+from jaxrl_dist.protocol import (CPU_SCHEDULER_FLAG, EXIT_BAD_INPUT,  # noqa: F401 (API)
+                                 ContractError, set_xla_env)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -43,19 +42,6 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--help-config", action="store_true",
                         help="list every config key with its default and meaning")
     return parser
-
-
-def set_xla_env(cpu_devices: int | None, environ=os.environ) -> None:
-    """Flags jax reads at import: device count, CPU-only platform, hang workaround."""
-    flags = environ.get("XLA_FLAGS", "")
-    if cpu_devices is not None:
-        flags = " ".join(f for f in flags.split()
-                         if not f.startswith("--xla_force_host_platform_device_count"))
-        flags += f" --xla_force_host_platform_device_count={cpu_devices}"
-        environ["JAX_PLATFORMS"] = "cpu"
-    if "concurrency_optimized_scheduler" not in flags:
-        flags += " " + CPU_SCHEDULER_FLAG
-    environ["XLA_FLAGS"] = flags.strip()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -84,6 +70,11 @@ def main(argv: list[str] | None = None) -> int:
                           "run the CLI in a fresh process")
     set_xla_env(args.cpu_devices)
 
+    from jaxrl_dist.protocol import WorkerEnv
+    try:
+        WorkerEnv.from_env(os.environ)  # before jax: a half-set job is a one-line error
+    except ContractError as e:
+        return _bad_input(e)
     from jaxrl_dist import distributed
     from jaxrl_dist.checkpoint import CheckpointError
     from jaxrl_dist.envs import EnvError

@@ -226,9 +226,9 @@ def test_bad_launcher_input(argv, message, capsys):
 
 
 def test_bad_environment_variable(capsys, monkeypatch):
-    monkeypatch.setenv("JAXRL_NPROC_PER_NODE", "lots")
+    monkeypatch.setenv("JAXRL_LAUNCH_NPROC_PER_NODE", "lots")
     assert launch.main([CFG]) == 2
-    assert "JAXRL_NPROC_PER_NODE='lots'" in capsys.readouterr().err
+    assert "JAXRL_LAUNCH_NPROC_PER_NODE='lots'" in capsys.readouterr().err
 
 
 def test_coordinator_port_in_use(capsys):
@@ -242,12 +242,12 @@ def test_coordinator_port_in_use(capsys):
 
 
 def test_environment_variables_stand_in_for_flags():
-    cfg = launch.parse_args([CFG], {"JAXRL_NNODES": "3", "JAXRL_NODE_RANK": "2",
-                                    "JAXRL_NPROC_PER_NODE": "4",
-                                    "JAXRL_COORDINATOR": "10.1.2.3:7000"})
+    cfg = launch.parse_args([CFG], {"JAXRL_LAUNCH_NNODES": "3", "JAXRL_LAUNCH_NODE_RANK": "2",
+                                    "JAXRL_LAUNCH_NPROC_PER_NODE": "4",
+                                    "JAXRL_LAUNCH_COORDINATOR": "10.1.2.3:7000"})
     assert (cfg.nnodes, cfg.node_rank, cfg.nproc_per_node, cfg.coordinator) == (
         3, 2, 4, "10.1.2.3:7000")
-    flags_win = launch.parse_args(["--nnodes", "1", CFG], {"JAXRL_NNODES": "3"})
+    flags_win = launch.parse_args(["--nnodes", "1", CFG], {"JAXRL_LAUNCH_NNODES": "3"})
     assert flags_win.nnodes == 1
 
 

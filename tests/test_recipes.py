@@ -34,14 +34,14 @@ def test_shell_recipes_parse(script):
 
 def test_slurm_recipe_plans_one_launcher_per_node(tmp_path):
     # srun runs its command once per node with that node's SLURM_NODEID; the launchers only
-    # print their plan (JAXRL_DRY_RUN stands in for --dry-run).
+    # print their plan (JAXRL_LAUNCH_DRY_RUN stands in for --dry-run).
     _fake_bin(tmp_path, "scontrol", 'echo gpu-node-07; echo gpu-node-08\n')
     _fake_bin(tmp_path, "srun", 'while [[ "$1" == --* ]]; do shift; done\n'
                                 'for n in 0 1; do SLURM_NODEID=$n "$@" || exit $?; done\n')
     proc = subprocess.run(
         ["bash", str(RECIPES / "slurm.sbatch"), "configs/cartpole.yaml", "--set", "seed=4"],
         env=_path_env(tmp_path, SLURM_JOB_ID="777", SLURM_JOB_NODELIST="gpu-node-[07-08]",
-                      SLURM_JOB_NUM_NODES="2", JAXRL_DRY_RUN="1"),
+                      SLURM_JOB_NUM_NODES="2", JAXRL_LAUNCH_DRY_RUN="1"),
         capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     port = 61440 + 777 % 4096
@@ -97,7 +97,7 @@ def test_two_hosts_recipe_runs_on_localhost(tmp_path):
         ["bash", str(RECIPES / "two_hosts.sh"), "configs/cartpole.yaml", *TINY],
         env=_path_env(tmp_path, HOST0="127.0.0.1", HOST1="127.0.0.1",
                       PORT=str(launch.pick_free_port()), REPO_DIR=os.getcwd(),
-                      RUN_DIR=str(run), JAXRL_CPU_DEVICES_PER_PROC="2"),
+                      RUN_DIR=str(run), JAXRL_LAUNCH_CPU_DEVICES_PER_PROC="2"),
         capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = summaries(run / "logs")
