@@ -158,9 +158,15 @@ def _train(config, run_dir, resume, env, env_params, devices, progress, start):
     # while this thread compiles and runs init and restores a checkpoint.
     abstract = programs.abstract_state()
     lowered = {n: programs.update.lower(abstract, n) for n in sorted(call_sizes)}
+    # Evaluated every eval_every updates and always at the end: a run reports what its final
+    # policy does, not the best moment of its training curve. Compiled in the pool too.
+    eval_key = jax.random.PRNGKey(config.seed)
+    lowered_eval = make_eval_program(config, spec, programs.nets, mesh).lower(
+        abstract.train.params, abstract.train.obs_moments, eval_key, abstract.train.update)
     pool = ThreadPoolExecutor(max_workers=1)
     try:
         pending_compiles = {n: pool.submit(low.compile) for n, low in lowered.items()}
+        pending_eval = pool.submit(lowered_eval.compile)
         state = programs.init(jax.random.PRNGKey(config.seed))
         updates_done = 0
         if resume:
@@ -171,6 +177,7 @@ def _train(config, run_dir, resume, env, env_params, devices, progress, start):
             check_compatible(meta["config"], config_lib.to_dict(config))
             updates_done = int(meta["updates"])
         compiled = {n: f.result() for n, f in pending_compiles.items()}
+        evaluate = pending_eval.result()
     finally:  # on an error, do not wait for the compile: fail at once
         pool.shutdown(wait=False, cancel_futures=True)
     first_update = updates_done
@@ -178,12 +185,6 @@ def _train(config, run_dir, resume, env, env_params, devices, progress, start):
     calls = [k] * (remaining // k) + ([remaining % k] if remaining % k else [])
     for n in set(calls) - set(compiled):  # a checkpoint saved off this run's call grid
         compiled[n] = programs.update.lower(abstract, n).compile()
-    # Evaluated every eval_every updates and always at the end: a run reports what its final
-    # policy does, not the best moment of its training curve.
-    train_state = state.train
-    eval_key = jax.random.PRNGKey(config.seed)
-    evaluate = make_eval_program(config, spec, programs.nets, mesh).lower(
-        train_state.params, train_state.obs_moments, eval_key, train_state.update).compile()
     jax.block_until_ready(state)
     compile_time = time.perf_counter() - compile_start
 
