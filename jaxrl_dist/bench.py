@@ -388,7 +388,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tasks", nargs="+", default=["cartpole"],
                         help="learning: tasks (cartpole, acrobot, pendulum)")
     parser.add_argument("--trainers", nargs="+", default=["jaxrl_dist", "rejax"],
-                        choices=["jaxrl_dist", "rejax"])
+                        choices=["jaxrl_dist", "rejax", "purejaxrl"])
     parser.add_argument("--num-seeds", type=int, default=16, help="learning: seeds per trainer")
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=3600, help="learning: per trainer")

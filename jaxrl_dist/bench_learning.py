@@ -2,9 +2,11 @@
 
 Every trainer runs the same task, hyperparameters and budget on N seeds, each in ONE program
 (seeds vmapped), in its own process and virtual environment: ours through
-``python -m jaxrl_dist.seeds``, rejax through ``benches/peers/rejax_runner.py`` (its docstring
-has the venv). Each prints one JSON line: per-seed final evaluation and curves. (PureJaxRL, the
-third peer the learning issue asks for, has no runner yet.)
+``python -m jaxrl_dist.seeds``, rejax through ``benches/peers/rejax_runner.py`` and PureJaxRL
+(not a package: its ppo.py / ppo_continuous_action.py at a pinned commit, imported unchanged)
+through ``benches/peers/purejaxrl_runner.py``; each runner's docstring has its venv and what the
+peer does differently with the same hyperparameters. Each prints one JSON line: per-seed final
+evaluation and curves.
 
 Reported per task and trainer: mean and IQM of the final evaluation return with 95 % bootstrap
 CIs, the fraction of seeds at or above the threshold at the END, the median env steps to first
@@ -29,6 +31,16 @@ TASKS = {
     "pendulum": ("configs/pendulum.yaml", -300.0, -130.0),
 }
 REJAX_PYTHON = Path(".bench/rejax/bin/python")
+PUREJAXRL_PYTHON = Path(".bench/purejaxrl/bin/python")
+PUREJAXRL_SRC = Path(".bench/purejaxrl_src")
+PUREJAXRL_COMMIT = "31756b197773a52db763fdbe6d635e4b46522a73"
+PUREJAXRL_SETUP = (
+    "python3.11 -m venv .bench/purejaxrl && .bench/purejaxrl/bin/pip install jax==0.10.2 "
+    "jaxlib==0.10.2 flax==0.12.8 optax==0.2.8 distrax==0.1.9 tfp-nightly==0.26.0.dev20261027 "
+    "chex==0.1.92 gymnax==0.0.9 numpy==2.4.6 && git clone https://github.com/luchris429/purejaxrl "
+    f".bench/purejaxrl_repo && git -C .bench/purejaxrl_repo checkout {PUREJAXRL_COMMIT} && "
+    "mkdir -p .bench/purejaxrl_src && cp .bench/purejaxrl_repo/purejaxrl/{ppo,"
+    "ppo_continuous_action,wrappers}.py .bench/purejaxrl_src/")
 PEERS = Path(__file__).resolve().parent.parent / "benches" / "peers"
 XLA_ENV = {"XLA_FLAGS": "--xla_cpu_enable_concurrency_optimized_scheduler=false",
            "JAX_PLATFORMS": "cpu"}
@@ -108,6 +120,13 @@ def run_trainer(trainer: str, config_path: str, config, seeds: list[int], args) 
     if trainer == "jaxrl_dist":
         cmd = [sys.executable, "-m", "jaxrl_dist.seeds", config_path, "--seeds", seed_arg,
                *[a for s in args.set for a in ("--set", s)]]
+    elif trainer == "purejaxrl":
+        if not PUREJAXRL_PYTHON.exists() or not PUREJAXRL_SRC.is_dir():
+            raise RuntimeError(f"PureJaxRL venv or source missing ({PUREJAXRL_PYTHON}, "
+                               f"{PUREJAXRL_SRC}/): {PUREJAXRL_SETUP}")
+        cmd = [str(PUREJAXRL_PYTHON), str(PEERS / "purejaxrl_runner.py"), "--env", config.env,
+               "--seeds", seed_arg, "--total-timesteps", str(config.total_timesteps),
+               "--hparams", json.dumps(hparams(config)), "--src", str(PUREJAXRL_SRC)]
     else:
         if not REJAX_PYTHON.exists():
             raise RuntimeError(f"rejax venv missing ({REJAX_PYTHON}): python3.11 -m venv "
