@@ -12,6 +12,8 @@ is involved: arrays go to tensorstore, metadata to JSON.
 
 from __future__ import annotations
 
+from jaxrl_dist.errors import UserError
+
 import contextlib
 import logging
 import os
@@ -27,10 +29,11 @@ from jaxrl_dist.types import RunState
 # Config keys that may change between a run and its resumption: they steer bookkeeping only,
 # not what is computed. Everything else must match the checkpoint.
 RESUMABLE_CHANGES = ("updates_per_call", "checkpoint_every", "keep_checkpoints", "eval_every",
-                     "eval_episodes", "target_return", "solved_return")
+                     "eval_episodes", "target_return", "solved_return", "checkpoint_minutes",
+                     "check_replicas_every", "check_replicas_minutes")
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UserError):
     """Missing, unreadable or incompatible checkpoint; one line for the user."""
 
 

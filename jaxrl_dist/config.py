@@ -7,6 +7,8 @@ CPU or on a pod. Nothing here imports jax: the CLI must read a config before jax
 
 from __future__ import annotations
 
+from jaxrl_dist.errors import UserError
+
 import dataclasses
 import types
 import typing
@@ -19,7 +21,7 @@ import yaml
 ACTIVATIONS = ("tanh", "relu", "gelu", "silu", "elu")
 
 
-class ConfigError(ValueError):
+class ConfigError(UserError):
     """A bad config value; its message is a single line meant for the user."""
 
 
@@ -64,6 +66,29 @@ class NetworkConfig:
     activation: str = _doc(f"hidden activation, one of {', '.join(ACTIVATIONS)}", default="tanh")
 
 
+# Keys a population may sweep: each is a scalar of the update's math, so members differ only in
+# array values and ONE compiled program serves the whole sweep. Anything else (sizes, network,
+# flags) changes shapes or the program itself.
+SWEEPABLE = ("ppo.learning_rate", "ppo.ent_coef", "ppo.clip_eps", "ppo.gamma", "ppo.gae_lambda",
+             "ppo.vf_coef", "ppo.max_grad_norm")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PopulationConfig:
+    seeds: tuple[int, ...] = _doc("train one member per seed in ONE program; [] = a single run "
+                                  "with `seed`", default=())
+    sweep: dict[str, tuple[float, ...]] = _doc(
+        f"dotted key -> values; members = seeds x every combination. Sweepable: "
+        f"{', '.join(SWEEPABLE)}", default_factory=dict)
+    member_devices: int | None = _doc("devices along the member axis (the rest split each "
+                                      "member's envs); null = as many as divide the members",
+                                      default=None)
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.seeds or self.sweep)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Config:
     env: str = _doc("gymnax environment id, e.g. CartPole-v1", default="CartPole-v1")
@@ -75,8 +100,11 @@ class Config:
     updates_per_call: int = _doc("updates fused into one compiled call (= logging interval); "
                                  "lowered to a divisor of the run's updates if one is near",
                                  default=10)
-    checkpoint_every: int = _doc("updates between checkpoints (also saved at start, end and on "
-                                 "preemption); 0 = only those", default=100)
+    checkpoint_every: int = _doc("updates between checkpoints; 0 = off (checkpoints are also "
+                                 "saved at start, end and on preemption)", default=0)
+    checkpoint_minutes: float = _doc("wall-clock minutes between checkpoints (turned into an "
+                                     "update period from the measured speed); 0 = off",
+                                     default=10.0)
     keep_checkpoints: int = _doc("how many recent checkpoints to keep", default=3)
     eval_every: int = _doc("updates between deterministic evaluations; 0 = only the final one "
                            "(a run always evaluates its final policy)", default=0)
@@ -86,10 +114,14 @@ class Config:
                                        default=None)
     solved_return: float | None = _doc("final eval return at which the task counts as solved; "
                                        "only reported, never stops the run", default=None)
-    check_replicas_every: int = _doc("updates between cross-process parameter fingerprint "
-                                     "comparisons; 0 = off", default=100)
+    check_replicas_every: int = _doc("updates between parameter fingerprint comparisons "
+                                     "across devices and processes (always at the end); 0 = off",
+                                     default=0)
+    check_replicas_minutes: float = _doc("wall-clock minutes between replica checks; 0 = off",
+                                         default=5.0)
     ppo: PPOConfig = field(default_factory=PPOConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
+    population: PopulationConfig = field(default_factory=lambda: PopulationConfig())
 
 
 @dataclass(frozen=True)
@@ -128,6 +160,21 @@ def _coerce(path: str, tp: Any, value: Any) -> Any:
                 pass
         raise ConfigError(f"config key '{path}': expected {' or '.join(map(_type_name, options))},"
                           f" got {value!r}")
+    if origin is dict:
+        key_tp, value_tp = typing.get_args(tp)
+        if not isinstance(value, dict):
+            raise ConfigError(f"config key '{path}': expected a mapping, got {value!r}")
+
+        def flat(d: dict, prefix: str = "") -> dict:  # {ppo: {gamma: ..}} -> {"ppo.gamma": ..}
+            out = {}
+            for k, v in d.items():
+                out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else
+                           {f"{prefix}{k}": v})
+            return out
+
+        value = flat(value)
+        return {_coerce(path, key_tp, k): _coerce(f"{path}.{k}", value_tp, v)
+                for k, v in value.items()}
     if origin is tuple:
         (item_tp, _) = typing.get_args(tp)
         if isinstance(value, int) and not isinstance(value, bool):
@@ -236,9 +283,10 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def from_dict(data: dict[str, Any]) -> Config:
+def from_dict(data: dict[str, Any], population: bool = True) -> Config:
     config = _build(Config, data)
-    check(config)
+    if population:
+        check(config)
     return config
 
 
@@ -268,7 +316,8 @@ def check(config: Config) -> None:
     for name in ("num_envs", "num_steps", "total_timesteps", "updates_per_call",
                  "keep_checkpoints", "eval_episodes"):
         _require(getattr(c, name) >= 1, f"{name} must be >= 1, got {getattr(c, name)}")
-    for name in ("checkpoint_every", "eval_every", "check_replicas_every"):
+    for name in ("checkpoint_every", "eval_every", "check_replicas_every", "checkpoint_minutes",
+                 "check_replicas_minutes"):
         _require(getattr(c, name) >= 0, f"{name} must be >= 0 (0 = off), got {getattr(c, name)}")
     _require(c.total_timesteps >= c.num_envs * c.num_steps,
              f"total_timesteps ({c.total_timesteps}) must be at least one update: num_envs x "
@@ -296,6 +345,31 @@ def check(config: Config) -> None:
         sizes = getattr(n, name)
         _require(all(s >= 1 for s in sizes),
                  f"network.{name} sizes must be >= 1, got {list(sizes)}")
+    _check_population(config)
+
+
+def _check_population(config: Config) -> None:
+    """Seeds unique, sweep keys sweepable, and every swept value valid for its key."""
+    pop = config.population
+    _require(len(set(pop.seeds)) == len(pop.seeds) and all(s >= 0 for s in pop.seeds),
+             f"population.seeds must be distinct integers >= 0, got {list(pop.seeds)}")
+    _require(pop.member_devices is None or pop.member_devices >= 1,
+             f"population.member_devices must be >= 1 or null, got {pop.member_devices}")
+    base = to_dict(config)
+    base.pop("population")
+    known = {key for key, _, _ in describe()}
+    for key, values in pop.sweep.items():
+        if key not in SWEEPABLE:
+            why = ("changes array shapes or the compiled program, so members could not share "
+                   "one program" if key in known else "is not a config key")
+            raise ConfigError(f"population.sweep: '{key}' {why}; sweepable keys: "
+                              f"{', '.join(SWEEPABLE)}")
+        _require(len(values) >= 1, f"population.sweep.{key}: give at least one value")
+        for value in values:
+            try:
+                check(from_dict(apply_overrides(base, [f"{key}={value}"]), population=False))
+            except ConfigError as e:
+                raise ConfigError(f"population.sweep.{key}={value}: {e}") from None
 
 
 def derive_sizes(config: Config, num_devices: int) -> Sizes:
@@ -337,8 +411,11 @@ def describe() -> list[tuple[str, str, str]]:
 
     def walk(cls: type, prefix: str) -> None:
         for f in dataclasses.fields(cls):
-            if f.default_factory is not dataclasses.MISSING:  # a section
-                walk(type(f.default_factory()), f"{prefix}{f.name}.")
+            if dataclasses.is_dataclass(typing.get_type_hints(cls)[f.name]):  # a section
+                walk(typing.get_type_hints(cls)[f.name], f"{prefix}{f.name}.")
+            elif f.default_factory is not dataclasses.MISSING:
+                rows.append((prefix + f.name, repr(f.default_factory()),
+                             f.metadata.get("help", "")))
             else:
                 rows.append((prefix + f.name, repr(f.default), f.metadata.get("help", "")))
 

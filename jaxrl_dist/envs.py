@@ -7,6 +7,8 @@ them from the global environment index (see ``rollout.py``).
 
 from __future__ import annotations
 
+from jaxrl_dist.errors import UserError
+
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -16,7 +18,7 @@ import numpy as np
 from flax import struct
 
 
-class EnvError(ValueError):
+class EnvError(UserError):
     """Unknown or unsupported environment (message is one line for the user)."""
 
 

@@ -19,32 +19,33 @@ from jaxrl_dist import losses, rollout
 from jaxrl_dist.config import Config
 from jaxrl_dist.envs import EnvSpec
 from jaxrl_dist.networks import Networks
-from jaxrl_dist.sharding import DATA_AXIS, REPLICATED
+from jaxrl_dist.sharding import DATA_AXIS, Layout
 
 EVAL_STREAM = 0x5EED  # folded into the seed so eval keys never collide with training keys
 DEFAULT_MAX_STEPS = 1000
 
 
-def _device_varying(tree: Any) -> Any:
-    """Mark per-device loop state as varying over the data axis (shard_map's type system
+def _device_varying(tree: Any, axes: tuple[str, ...]) -> Any:
+    """Mark per-device loop state as varying over every mesh axis (shard_map's type system
     requires a loop carry to keep its type, and stepping makes every leaf device-varying)."""
     def cast(x):
         aval = jax.typeof(x)
         varying = getattr(aval, "vma", None)  # older jax; 0.10 has manual_axis_type.varying
         if varying is None:
             varying = aval.manual_axis_type.varying
-        if DATA_AXIS in varying:
-            return x
-        return jax.lax.pcast(x, DATA_AXIS, to="varying")
+        missing = tuple(a for a in axes if a not in varying)
+        return jax.lax.pcast(x, missing, to="varying") if missing else x
     return jax.tree.map(cast, tree)
 
 
-def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, mesh: Mesh
+def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, layout: Layout | Mesh
                       ) -> Callable[[Any, losses.Moments, jax.Array, jax.Array],
                                     dict[str, jax.Array]]:
     """(params, obs moments, seed key, update index) -> {"return_mean", "return_std",
-    "length_mean"}. The seed key is an argument so one compiled program serves every seed."""
-    local_envs = config.eval_episodes // mesh.size
+    "length_mean"}. The seed key is an argument so one compiled program serves every seed.
+    In a population every argument and result has a leading member dimension."""
+    layout = layout if isinstance(layout, Layout) else Layout(layout)
+    local_envs = config.eval_episodes // layout.data_size
     max_steps = int(getattr(spec.params, "max_steps_in_episode", DEFAULT_MAX_STEPS))
     normalize_obs = config.ppo.normalize_observations
 
@@ -71,7 +72,7 @@ def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, mesh: Mesh
 
         zeros = jnp.zeros(local_envs)
         carry = (jnp.int32(0), *_device_varying(
-            (slots, zeros, zeros, jnp.zeros(local_envs, bool))))
+            (slots, zeros, zeros, jnp.zeros(local_envs, bool)), layout.axes))
         _, _, ret, length, _ = jax.lax.while_loop(cond, body, carry)
         sums = jax.lax.psum(jnp.stack([jnp.sum(ret), jnp.sum(jnp.square(ret)), jnp.sum(length),
                                        jnp.float32(local_envs)]), DATA_AXIS)
@@ -80,5 +81,6 @@ def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, mesh: Mesh
                 "return_std": jnp.sqrt(jnp.maximum(sums[1] / sums[3] - jnp.square(mean), 0.0)),
                 "length_mean": sums[2] / sums[3]}
 
-    return jax.jit(jax.shard_map(local_eval, mesh=mesh, in_specs=(REPLICATED,) * 4,
-                                 out_specs=REPLICATED))
+    body = jax.vmap(local_eval) if layout.members else local_eval
+    return jax.jit(jax.shard_map(body, mesh=layout.mesh, in_specs=(layout.train,) * 4,
+                                 out_specs=layout.train))

@@ -9,6 +9,8 @@ Two namespaces that never overlap: the LAUNCHER reads its own options from ``JAX
 
 from __future__ import annotations
 
+from jaxrl_dist.errors import UserError
+
 import dataclasses
 import os
 from typing import Mapping
@@ -22,7 +24,7 @@ EXIT_PREEMPTED = 75    # stopped on SIGTERM at an agreed update, state saved: re
 CPU_SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 
 
-class ContractError(ValueError):
+class ContractError(UserError):
     """The worker variables are incomplete or malformed (one line for the user)."""
 
 

@@ -57,6 +57,7 @@ class NullReporter:
 
     def start(self, *args: Any, **kwargs: Any) -> None: ...
     def log(self, row: dict[str, Any]) -> None: ...
+    def advance(self, env_steps: int, postfix: dict[str, str]) -> None: ...
     def message(self, text: str) -> None: ...
     def finish(self, summary: dict[str, Any]) -> None: ...
 
@@ -73,6 +74,7 @@ class RunReporter(NullReporter):
         self._bar = None
         self._initial_steps = 0
         self._tb = None
+        self._member_tb: dict[int, Any] = {}
         self._metrics = None
 
     def start(self, config_dict: dict[str, Any], env_steps: int = 0) -> None:
@@ -95,23 +97,33 @@ class RunReporter(NullReporter):
                                         "[{elapsed}<{remaining}{postfix}]")
         return self._bar
 
+    def _writer(self, member: int | None):
+        """TensorBoard writer: tb/ for a run, tb/member_007/ per member (so TensorBoard
+        overlays a population's members as runs)."""
+        if member is None:
+            return self._tb
+        if member not in self._member_tb:
+            from tensorboardX import SummaryWriter
+            self._member_tb[member] = SummaryWriter(
+                str(self.run_dir / "tb" / f"member_{member:03d}"), flush_secs=30)
+        return self._member_tb[member]
+
     def log(self, row: dict[str, Any]) -> None:
+        """One metrics row (a population logs one row per member, with a ``member`` key)."""
         row = {k: _clean(v) for k, v in row.items()}
         self._metrics.write(json.dumps(row) + "\n")
         step = int(row["env_steps"])
         if self._tb is not None:
+            writer = self._writer(row.get("member"))
             for name, value in row.items():
-                if name != "env_steps" and isinstance(value, (int, float)):
-                    self._tb.add_scalar(name if "/" in name else f"train/{name}", value, step)
+                if name not in ("env_steps", "member") and isinstance(value, (int, float)):
+                    writer.add_scalar(name if "/" in name else f"train/{name}", value, step)
+
+    def advance(self, env_steps: int, postfix: dict[str, str]) -> None:
+        """Move the progress line to ``env_steps`` and show ``postfix``."""
         if self._progress_bar() is not None:
-            ret = row.get("episode_return")
-            postfix = {"sps": f"{row.get('sps', 0):,.0f}"}
-            if ret is not None:
-                postfix["return"] = f"{ret:.1f}"
-            if row.get("eval/return_mean") is not None:
-                postfix["eval"] = f"{row['eval/return_mean']:.1f}"
             self._bar.set_postfix(postfix, refresh=False)
-            self._bar.update(step - self._bar.n)
+            self._bar.update(env_steps - self._bar.n)
 
     def message(self, text: str) -> None:
         if self._bar is not None:
@@ -122,11 +134,24 @@ class RunReporter(NullReporter):
     def finish(self, summary: dict[str, Any]) -> None:
         if self._bar is not None:
             self._bar.close()
-        if self._tb is not None:
-            self._tb.close()
+        for writer in [self._tb, *self._member_tb.values()]:
+            if writer is not None:
+                writer.close()
         if self._metrics is not None:
             self._metrics.close()
         summary = {k: _clean(v) for k, v in summary.items()}
         tmp = self.run_dir / "summary.json.tmp"
         tmp.write_text(json.dumps(summary, indent=2) + "\n")
         tmp.replace(self.run_dir / "summary.json")
+
+
+def postfix(rows: list[dict[str, Any]]) -> dict[str, str]:
+    """The progress line's numbers: a run's return, or a population's mean [min, max]."""
+    out = {"sps": f"{rows[0].get('sps', 0):,.0f}"}
+    for name, short in (("episode_return", "return"), ("eval/return_mean", "eval")):
+        values = [r[name] for r in rows if r.get(name) is not None]
+        if len(values) == 1:
+            out[short] = f"{values[0]:.1f}"
+        elif values:
+            out[short] = f"{np.mean(values):.1f} [{min(values):.0f}, {max(values):.0f}]"
+    return out

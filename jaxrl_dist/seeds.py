@@ -1,4 +1,5 @@
-"""Many seeds of one config as ONE program: the state gets a leading seed axis (``vmap``).
+"""Many seeds of one config as ONE program on one device: a population of seeds, read back
+as arrays (no run directory, no checkpoints).
 
 Used to measure learning (``bench learning``) and by the CI learning test: a claim about a
 config is only as good as the number of seeds behind it, and 16 sequential runs cost 16
@@ -29,24 +30,22 @@ def train_seeds(config: Config, seeds: Sequence[int], *, env: Any = None,
     ``curve_return`` [S, C] (mean return of the
     episodes finished in each call of ``updates_per_call`` updates, NaN if none) and
     ``eval_return`` [S] (deterministic evaluation of the final parameters,
-    ``config.eval_episodes`` episodes per seed).
+    ``config.eval_episodes`` episodes per seed). ``config.population`` is ignored.
     """
-    mesh = sharding.make_mesh([device or jax.devices()[0]])
+    layout = sharding.make_layout([device or jax.devices()[0]], members=len(seeds))
     sizes = config_lib.derive_sizes(config, 1)
     spec = make_env(config.env if env is None else env)
-    programs = make_programs(config, sizes, spec, mesh)
-    evaluate = make_eval_program(config, spec, programs.nets, mesh)
+    programs = make_programs(config, sizes, spec, layout)
+    evaluate = make_eval_program(config, spec, programs.nets, layout)
     keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray(list(seeds), jnp.uint32))
 
     k = sizes.updates_per_call
     calls = [k] * (sizes.num_updates // k) + ([sizes.num_updates % k] if sizes.num_updates % k
                                                else [])
-    update = {n: jax.jit(jax.vmap(lambda s, n=n: programs.update(s, n)), donate_argnums=0)
-              for n in set(calls)}
-    state = jax.jit(jax.vmap(programs.init))(keys)
+    state = programs.init(keys)
     steps, returns, done, curves = [], [], 0, {}
     for n in calls:
-        state, metrics = update[n](state)
+        state, metrics = programs.update(state, n)
         done += n
         ret = np.asarray(metrics["episode_return_sum"]).sum(1)
         episodes = np.asarray(metrics["episodes"]).sum(1)
@@ -55,8 +54,7 @@ def train_seeds(config: Config, seeds: Sequence[int], *, env: Any = None,
         for name in ("advantage_std", "explained_variance", "entropy", "approx_kl",
                      "clip_fraction", "value_mean"):
             curves.setdefault(name, []).append(np.asarray(metrics[name]).mean(1))
-    final = jax.jit(jax.vmap(evaluate))(state.train.params, state.train.obs_moments, keys,
-                                       state.train.update)
+    final = evaluate(state.train.params, state.train.obs_moments, keys, state.train.update)
     params = jax.device_get(state.train.params)
     return {"params": [jax.tree.map(lambda x, i=i: x[i], params) for i in range(len(seeds))],
             "curve_steps": np.asarray(steps), "curve_return": np.stack(returns, 1),

@@ -15,6 +15,7 @@ import os
 import sys
 
 from jaxrl_dist.config import ConfigError
+from jaxrl_dist.errors import UserError
 
 from jaxrl_dist.protocol import (CPU_SCHEDULER_FLAG, EXIT_BAD_INPUT,  # noqa: F401 (API)
                                  ContractError, set_xla_env)
@@ -76,14 +77,12 @@ def main(argv: list[str] | None = None) -> int:
     except ContractError as e:
         return _bad_input(e)
     from jaxrl_dist import distributed
-    from jaxrl_dist.checkpoint import CheckpointError
-    from jaxrl_dist.envs import EnvError
-    from jaxrl_dist.trainer import RunError, train
+    from jaxrl_dist.trainer import train
 
     try:
         summary = train(config, args.run_dir, resume=args.resume,
                         progress=not args.no_progress)
-    except (ConfigError, EnvError, RunError, CheckpointError) as e:
+    except UserError as e:
         if distributed.process_count() > 1:  # leave without waiting at the shutdown barrier
             print(f"error: {e}", file=sys.stderr, flush=True)
             distributed.fail_fast(SystemExit(EXIT_BAD_INPUT))
@@ -109,6 +108,16 @@ def final_line(summary: dict) -> str:
     """What a person reads last: the final policy's evaluation and whether that solves it."""
     if summary["eval_return"] is None:
         return f"{summary['env']}: {summary['status']} (no final evaluation)"
+    if "population" in summary:
+        agg, solved = summary["population"]["eval_return"], summary["solved_return"]
+        line = (f"{summary['env']}: {agg['n']} members, final evaluation return mean "
+                f"{agg['mean']:.1f} [95% CI {agg['mean_ci'][0]:.1f}, {agg['mean_ci'][1]:.1f}], "
+                f"IQM {agg['iqm']:.1f}, min {agg['min']:.1f} over {summary['eval_episodes']} "
+                f"episodes each after {summary['env_steps']:,} env steps")
+        if solved is not None:
+            verdict = "ALL SOLVED" if agg["solved"] == agg["n"] else "NOT all solved"
+            line += f" -> {agg['solved']}/{agg['n']} >= {solved:g}: {verdict}"
+        return line
     line = (f"{summary['env']}: final evaluation return {summary['eval_return']:.1f} "
             f"± {summary['eval_return_std']:.1f} over {summary['eval_episodes']} episodes "
             f"after {summary['env_steps']:,} env steps")

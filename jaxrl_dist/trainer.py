@@ -1,9 +1,11 @@
-"""The training run: config -> mesh -> compiled programs -> host loop -> summary.
+"""The training run: setup (mesh, programs, state) -> loop (calls + periodic hooks) -> summary.
 
 Every process runs this same code in the same order (SPMD). Only printing and file writes sit
 behind ``is_main``; every jitted call, checkpoint save and collective is made by all processes,
-and every decision that changes what runs next (stop, early stop) is taken from values that are
-identical on all processes.
+and every decision that changes what runs next (stop, early stop, which hooks fire) is taken
+from values that are identical on all processes. A single run and a population (many members
+in one program, ``population`` in the config) share all of it: a single run is a population
+without the member dimension.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -19,74 +22,24 @@ import numpy as np
 
 import jaxrl_dist
 from jaxrl_dist import config as config_lib
-from jaxrl_dist import distributed, reporting, sharding
+from jaxrl_dist import distributed, integrity, population, reporting, sharding
 from jaxrl_dist.checkpoint import CheckpointError, Checkpointer, check_compatible
-from jaxrl_dist.config import Config, ConfigError
+from jaxrl_dist.config import Config, ConfigError, Sizes
 from jaxrl_dist.envs import make_env
+from jaxrl_dist.errors import RunError
 from jaxrl_dist.evaluate import make_eval_program
-from jaxrl_dist.update import make_programs
+from jaxrl_dist.hooks import Hook, HookTable
+from jaxrl_dist.update import Programs, make_programs
 
-
-class RunError(RuntimeError):
-    """A problem with the run directory or the job's processes; one line for the user."""
-
-
-def param_stats(params: Any) -> tuple[float, str]:
-    """(L2 norm of all parameters in float64, sha256 hex digest of every parameter's bytes)."""
-    leaves = [np.asarray(x) for x in jax.tree.leaves(sharding.to_host(params))]
-    norm = float(np.sqrt(sum(np.sum(np.square(x.astype(np.float64))) for x in leaves)))
-    digest = hashlib.sha256()
-    for leaf in leaves:
-        digest.update(np.ascontiguousarray(leaf).tobytes())
-    return norm, digest.hexdigest()
-
-
-def _digest_int(data: bytes | str) -> int:
-    data = data.encode() if isinstance(data, str) else data
-    return int(hashlib.sha256(data).hexdigest()[:7], 16)
-
-
-def _allgather_compare(values: list[int], names: list[str], what: str) -> None:
-    """Stop every process if any differs from rank 0 in one of ``values``."""
-    everyone = distributed.allgather(np.array(values, np.int32))
-    for column, name in enumerate(names):
-        differ = [r for r in range(len(everyone)) if everyone[r, column] != everyone[0, column]]
-        if differ:
-            raise RunError(f"processes disagree on the {name}: rank(s) {differ} differ from "
-                           f"rank 0; {what}")
-
-
-def check_processes_agree(config: Config) -> None:
-    """Config, package and JAX versions must match on every process (a collective)."""
-    if distributed.process_count() == 1:
-        return
-    import yaml
-
-    _allgather_compare(
-        [_digest_int(yaml.safe_dump(config_lib.to_dict(config))),
-         _digest_int(jaxrl_dist.__version__), _digest_int(jax.__version__)],
-        ["config", "jaxrl_dist version", "jax version"],
-        "start every process with the same config and install")
-
-
-def check_replicas(params: Any) -> None:
-    """Every device of every process must hold bit-identical parameters (a collective)."""
-    digest = hashlib.sha256()
-    for leaf in jax.tree.leaves(params):
-        shards = [np.asarray(s.data) for s in leaf.addressable_shards]
-        if any(not np.array_equal(shards[0], s) for s in shards[1:]):
-            raise RunError(f"parameter replicas differ between the local devices of process "
-                           f"{distributed.process_index()}")
-        digest.update(shards[0].tobytes())
-    if distributed.process_count() > 1:
-        _allgather_compare([_digest_int(digest.digest())], ["parameter fingerprint"],
-                           "replicas have diverged (non-deterministic ops or a bad device)")
+param_stats = integrity.param_stats
 
 
 def default_run_dir(config: Config) -> Path:
     stamp = int(distributed.broadcast(np.int32(int(time.time()))))
     when = time.strftime("%Y%m%d-%H%M%S", time.localtime(stamp))
-    return Path("runs") / f"{config.env}-seed{config.seed}-{when}"
+    who = (f"pop{len(population.members(config))}" if config.population.enabled
+           else f"seed{config.seed}")
+    return Path("runs") / f"{config.env}-{who}-{when}"
 
 
 def prepare_run_dir(run_dir: Path) -> None:
@@ -99,9 +52,39 @@ def prepare_run_dir(run_dir: Path) -> None:
                        f"it or choose another --run-dir")
 
 
-def _crossed(every: int, before: int, after: int) -> bool:
-    """Whether a multiple of ``every`` lies in (before, after]."""
-    return every > 0 and after // every > before // every
+@dataclass
+class Run:
+    """Everything the loop and the summary need; ``state`` is the one pytree that changes."""
+
+    config: Config
+    sizes: Sizes
+    layout: sharding.Layout
+    programs: Programs
+    env_name: str
+    run_dir: Path
+    compiled: dict[int, Any]
+    evaluate: Any
+    seed_keys: Any
+    checkpointer: Checkpointer
+    reporter: reporting.NullReporter
+    state: Any
+    updates_done: int
+    first_update: int
+    compile_time: float
+    start: float
+    rows: list[dict[str, Any]] = field(default_factory=list)   # one per member per call
+    evals: list[dict[str, Any]] = field(default_factory=list)  # one per evaluation
+    status: str = "completed"
+    solved_at: int | None = None
+    loop_time: float = 0.0
+    hooks: str = ""   # the periodic work as it ran, e.g. "checkpoint every 812 updates"
+
+    def meta(self) -> dict[str, Any]:
+        return {"updates": self.updates_done,
+                "env_steps": self.updates_done * self.sizes.batch_size,
+                "config": config_lib.to_dict(self.config), "num_devices": self.layout.mesh.size,
+                "num_processes": distributed.process_count(),
+                "jaxrl_dist_version": jaxrl_dist.__version__, "jax_version": jax.__version__}
 
 
 def train(
@@ -123,51 +106,58 @@ def train(
     distributed.initialize()
     restore_signals = distributed.install_worker_hooks()
     try:
-        return _train(config, run_dir, resume, env, env_params, devices, progress, start)
+        run = setup(config, run_dir, resume, env, env_params, devices, progress, start)
+        loop(run)
+        return summarize(run)
     finally:
         restore_signals()
 
 
-def _train(config, run_dir, resume, env, env_params, devices, progress, start):
-    distributed.heartbeat("setup")
-    is_main = distributed.is_main_process()
+# ---------------------------------------------------------------------------------- SETUP
 
-    # ------------------------------------------------------------------ SETUP
-    mesh = sharding.make_mesh(devices)
-    sizes = config_lib.derive_sizes(config, mesh.size)
+def setup(config, run_dir, resume, env, env_params, devices, progress, start) -> Run:
+    distributed.heartbeat("setup")
+    pop = config.population
+    members = population.members(config) if pop.enabled else None
+    layout = sharding.make_layout(devices, len(members) if members else None,
+                                  pop.member_devices)
+    sizes = config_lib.derive_sizes(config, layout.data_size)
     spec = make_env(config.env if env is None else env, env_params)
-    check_processes_agree(config)
+    integrity.check_processes_agree(config)
     if resume and run_dir is None:
         raise RunError("--resume needs the --run-dir of the run to continue")
     run_dir = Path(run_dir) if run_dir is not None else default_run_dir(config)
     ckpt_dir = run_dir / "checkpoints"
-    if resume:
-        if not ckpt_dir.is_dir():
-            raise RunError(f"no checkpoints to resume in {run_dir} (expected {ckpt_dir}); "
-                           f"run without --resume to start a new run")
-    elif is_main:
+    if resume and not ckpt_dir.is_dir():
+        raise RunError(f"no checkpoints to resume in {run_dir} (expected {ckpt_dir}); "
+                       f"run without --resume to start a new run")
+    if not resume and distributed.is_main_process():
         prepare_run_dir(run_dir)
     distributed.barrier("run_dir_checked")
 
-    programs = make_programs(config, sizes, spec, mesh)
+    programs = make_programs(config, sizes, spec, layout)
+    checkpointer = Checkpointer(ckpt_dir, keep=config.keep_checkpoints)  # imports orbax
+    if members:
+        keys = np.stack([np.asarray(jax.random.PRNGKey(m.seed)) for m in members])
+        seed_keys = layout.put(keys, layout.train)
+        swept = layout.put(population.hparams(config), layout.train)
+    else:
+        seed_keys, swept = jax.random.PRNGKey(config.seed), {}
+
+    # Trace the programs, then compile them on a worker thread (XLA releases the GIL) while
+    # this thread runs init and restores a checkpoint. The eval program compiles there too.
+    compile_start = time.perf_counter()
+    abstract = programs.abstract_state()
     k = sizes.updates_per_call
     call_sizes = {k} | ({sizes.num_updates % k} if sizes.num_updates % k else set())
-    checkpointer = Checkpointer(ckpt_dir, keep=config.keep_checkpoints)  # imports orbax
-    compile_start = time.perf_counter()
-    # Trace the update program, then compile it on a worker thread (XLA releases the GIL)
-    # while this thread compiles and runs init and restores a checkpoint.
-    abstract = programs.abstract_state()
     lowered = {n: programs.update.lower(abstract, n) for n in sorted(call_sizes)}
-    # Evaluated every eval_every updates and always at the end: a run reports what its final
-    # policy does, not the best moment of its training curve. Compiled in the pool too.
-    eval_key = jax.random.PRNGKey(config.seed)
-    lowered_eval = make_eval_program(config, spec, programs.nets, mesh).lower(
-        abstract.train.params, abstract.train.obs_moments, eval_key, abstract.train.update)
+    lowered_eval = make_eval_program(config, spec, programs.nets, layout).lower(
+        abstract.train.params, abstract.train.obs_moments, seed_keys, abstract.train.update)
     pool = ThreadPoolExecutor(max_workers=1)
     try:
-        pending_compiles = {n: pool.submit(low.compile) for n, low in lowered.items()}
+        pending = {n: pool.submit(low.compile) for n, low in lowered.items()}
         pending_eval = pool.submit(lowered_eval.compile)
-        state = programs.init(jax.random.PRNGKey(config.seed))
+        state = programs.init(seed_keys, swept)
         updates_done = 0
         if resume:
             if checkpointer.latest_step() is None:
@@ -176,133 +166,196 @@ def _train(config, run_dir, resume, env, env_params, devices, progress, start):
             state, meta = checkpointer.restore(state)
             check_compatible(meta["config"], config_lib.to_dict(config))
             updates_done = int(meta["updates"])
-        compiled = {n: f.result() for n, f in pending_compiles.items()}
+        compiled = {n: f.result() for n, f in pending.items()}
         evaluate = pending_eval.result()
     finally:  # on an error, do not wait for the compile: fail at once
         pool.shutdown(wait=False, cancel_futures=True)
-    first_update = updates_done
-    remaining = sizes.num_updates - updates_done
-    calls = [k] * (remaining // k) + ([remaining % k] if remaining % k else [])
-    for n in set(calls) - set(compiled):  # a checkpoint saved off this run's call grid
+    for n in set(_calls(sizes, updates_done)) - set(compiled):  # resumed off this grid
         compiled[n] = programs.update.lower(abstract, n).compile()
     jax.block_until_ready(state)
-    compile_time = time.perf_counter() - compile_start
-
-    def meta() -> dict[str, Any]:
-        return {"updates": updates_done, "env_steps": updates_done * sizes.batch_size,
-                "config": config_lib.to_dict(config), "num_devices": sizes.num_devices,
-                "num_processes": distributed.process_count(),
-                "jaxrl_dist_version": jaxrl_dist.__version__, "jax_version": jax.__version__}
-
-    if not resume:
-        checkpointer.save(state, meta())  # a restart always has a checkpoint to resume from
 
     reporter: reporting.NullReporter = reporting.NullReporter()
-    if is_main:
+    if distributed.is_main_process():
         reporter = reporting.RunReporter(run_dir, sizes.num_updates * sizes.batch_size, progress)
         if resume:
             reporting.truncate_metrics(run_dir / "metrics.jsonl", updates_done)
+    run = Run(config, sizes, layout, programs, spec.name, run_dir, compiled, evaluate, seed_keys,
+              checkpointer, reporter, state, updates_done, updates_done,
+              time.perf_counter() - compile_start, start)
+    if not resume:
+        checkpointer.save(state, run.meta())  # a restart always has a checkpoint to resume from
     reporter.start(config_lib.to_dict(config), env_steps=updates_done * sizes.batch_size)
     reporter.message(
-        f"jaxrl_dist: {spec.name} | {sizes.num_devices} device(s) x {sizes.local_envs} envs, "
+        f"jaxrl_dist: {spec.name} | {layout.describe()} x {sizes.local_envs} envs, "
         f"{distributed.process_count()} process(es) | {sizes.num_updates} updates of "
         f"{sizes.batch_size} steps{f', resuming at {updates_done}' if resume else ''} | "
-        f"compiled in {compile_time:.1f}s | run dir {run_dir}")
+        f"compiled in {run.compile_time:.1f}s | run dir {run_dir}")
+    return run
 
-    # ------------------------------------------------------------------ TRAIN
-    # The host logs the PREVIOUS call's metrics after dispatching the next call, so reading
-    # metrics back never leaves the devices idle (unless an eval/checkpoint needs the state).
-    rows: list[dict[str, Any]] = []
-    evals: list[dict[str, Any]] = []
-    last_time = loop_start = time.perf_counter()
-    pending = None
-    status = "completed"
-    solved_at = None
 
-    def emit(item, extra: dict | None = None) -> None:
-        nonlocal last_time
-        metrics, updates_after, num_in_call = item
-        row = reporting.aggregate(sharding.to_host(metrics))
-        now = time.perf_counter()
-        row = {"env_steps": updates_after * sizes.batch_size, "updates": updates_after,
-               "sps": num_in_call * sizes.batch_size / max(now - last_time, 1e-9),
-               "time_s": now - start, **row, **(extra or {})}
-        last_time = now
-        rows.append(row)
-        reporter.log(row)
+def _calls(sizes: Sizes, updates_done: int) -> list[int]:
+    """Updates per compiled call for the rest of the run."""
+    k, remaining = sizes.updates_per_call, sizes.num_updates - updates_done
+    return [k] * (remaining // k) + ([remaining % k] if remaining % k else [])
+
+
+# ---------------------------------------------------------------------------------- LOOP
+
+def loop(run: Run) -> None:
+    """Dispatch calls; after each, fire the hooks that are due. The host logs the PREVIOUS
+    call's metrics after dispatching the next, so reading metrics back never idles the devices
+    (unless a hook needs the state)."""
+    c, sizes = run.config, run.sizes
+    pending: list = []   # metrics of the last call, not yet logged
+    eval_row: dict[int, dict] = {}
+
+    def evaluate(updates: int) -> None:
+        result = run.layout.to_host(run.evaluate(run.state.train.params,
+                                                 run.state.train.obs_moments, run.seed_keys,
+                                                 run.state.train.update))
+        eval_row[updates] = result
+        run.evals.append({"env_steps": updates * sizes.batch_size, **{
+            f"eval/{k}": np.atleast_1d(v).astype(float).tolist() for k, v in result.items()}})
+        if c.target_return is not None and run.solved_at is None and np.all(
+                np.asarray(result["return_mean"]) >= c.target_return):
+            run.solved_at = updates   # a population stops once EVERY member is there
+
+    hooks = HookTable([
+        Hook("evaluate", evaluate, every=c.eval_every),
+        Hook("check replicas",
+             lambda _: integrity.check_replicas(run.state.train.params, run.layout),
+             every=c.check_replicas_every, seconds=60 * c.check_replicas_minutes),
+        Hook("checkpoint", lambda _: run.checkpointer.save(run.state, run.meta()),
+             every=c.checkpoint_every, seconds=60 * c.checkpoint_minutes),
+    ])
+    last = [time.perf_counter()]
+
+    def flush() -> None:
+        while pending:
+            metrics, updates, n = pending.pop(0)
+            now = time.perf_counter()
+            _log(run, metrics, updates, n * sizes.batch_size / max(now - last[0], 1e-9),
+                 eval_row.pop(updates, None))
+            last[0] = now
         distributed.heartbeat()
 
+    calls = _calls(sizes, run.updates_done)
+    loop_start = time.perf_counter()
     distributed.heartbeat()
     for call_index, n in enumerate(calls):
-        before = updates_done
-        state, metrics = compiled[n](state)
-        updates_done += n
-        if pending is not None:
-            emit(pending)
-        pending = (metrics, updates_done, n)
-        if (_crossed(config.eval_every, before, updates_done)
-                or updates_done == sizes.num_updates):
-            result = sharding.to_host(evaluate(state.train.params, state.train.obs_moments,
-                                               eval_key, state.train.update))
-            extra = {f"eval/{k}": float(v) for k, v in result.items()}
-            evals.append({"env_steps": updates_done * sizes.batch_size, **extra})
-            emit(pending, extra)  # the eval is logged on its own update's row
-            pending = None
-            if (config.target_return is not None and solved_at is None
-                    and extra["eval/return_mean"] >= config.target_return):
-                solved_at = updates_done
-        distributed.maybe_inject_fault(updates_done)
-        if _crossed(config.check_replicas_every, before, updates_done):
-            check_replicas(state.train.params)
-        preempted = distributed.should_stop(call_index)
-        if preempted or _crossed(config.checkpoint_every, before, updates_done):
-            checkpointer.save(state, meta())
-        if preempted:
-            status = "preempted"
-            reporter.message(f"stop requested: saved and stopping after update {updates_done}")
+        before = run.updates_done
+        run.state, metrics = run.compiled[n](run.state)
+        run.updates_done += n
+        flush()
+        pending.append((metrics, run.updates_done, n))
+        if call_index == 1 and not hooks.calibrated:   # seconds -> updates, agreed once
+            jax.block_until_ready(run.state)
+            per_update = ((time.perf_counter() - loop_start)
+                          / (run.updates_done - run.first_update))
+            hooks.calibrate(float(distributed.broadcast(np.float64(per_update))))
+        last_call = run.updates_done == sizes.num_updates
+        fired = hooks.run_due(before, run.updates_done,
+                              skip=("evaluate", "checkpoint") if last_call else ())
+        if last_call:
+            evaluate(run.updates_done)   # a run reports what its FINAL policy does
+        if "evaluate" in fired or last_call:
+            flush()                      # the eval is logged on its own update's row
+        distributed.maybe_inject_fault(run.updates_done)
+        if distributed.should_stop(call_index):
+            if "checkpoint" not in fired:
+                run.checkpointer.save(run.state, run.meta())
+            run.status = "preempted"
+            run.reporter.message(f"stop requested: saved and stopping after update "
+                                 f"{run.updates_done}")
             break
-        if solved_at is not None:
-            status = "solved"
-            reporter.message(f"target return {config.target_return} reached after "
-                             f"{updates_done} updates; stopping")
+        if run.solved_at is not None:
+            run.status = "solved"
+            run.reporter.message(f"target return {c.target_return} reached after "
+                                 f"{run.updates_done} updates; stopping")
             break
-    if pending is not None:
-        emit(pending)
-    jax.block_until_ready(state)
-    loop_time = time.perf_counter() - loop_start
-    if status != "preempted" and checkpointer.latest_step() != updates_done:
-        checkpointer.save(state, meta())
-    check_replicas(state.train.params)
-    checkpointer.close()
+    flush()
+    jax.block_until_ready(run.state)
+    run.loop_time = time.perf_counter() - loop_start
+    run.hooks = hooks.describe()
+    if run.status != "preempted" and run.checkpointer.latest_step() != run.updates_done:
+        run.checkpointer.save(run.state, run.meta())
+    integrity.check_replicas(run.state.train.params, run.layout)
+    run.checkpointer.close()
 
-    # ------------------------------------------------------------------ SUMMARY
-    norm, digest = param_stats(state.train.params)
-    returns = [r["episode_return"] for r in rows if r["episode_return"] is not None]
-    steps_this_session = (updates_done - first_update) * sizes.batch_size
+
+def _log(run: Run, metrics: Any, updates: int, sps: float, result: dict | None) -> None:
+    """One row per member: metrics of one call (and an evaluation made right after it)."""
+    host = run.layout.to_host(metrics)
+    count = run.layout.members or 1
+    head = {"env_steps": updates * run.sizes.batch_size, "updates": updates, "sps": sps * count,
+            "time_s": time.perf_counter() - run.start}
+    rows = []
+    for m in range(count):
+        mine = jax.tree.map(lambda x, m=m: x[m], host) if run.layout.members else host
+        row = {**head, **({"member": m} if run.layout.members else {}),
+               **reporting.aggregate(mine)}
+        if result is not None:
+            row.update({f"eval/{k}": float(np.atleast_1d(v)[m]) for k, v in result.items()})
+        rows.append(row)
+        run.reporter.log(row)
+    run.rows.extend(rows)
+    run.reporter.advance(head["env_steps"], reporting.postfix(rows))
+
+
+# ---------------------------------------------------------------------------------- SUMMARY
+
+def summarize(run: Run) -> dict[str, Any]:
+    c, sizes, layout = run.config, run.sizes, run.layout
+    stats = integrity.member_stats(run.state.train.params, layout)
+    count = layout.members or 1
+    last = run.evals[-1] if run.evals else None
+
+    def final_return(m: int) -> float | None:
+        returns = [r["episode_return"] for r in run.rows
+                   if r.get("member", 0) == m and r["episode_return"] is not None]
+        return returns[-1] if returns else None
+
+    def member_row(m: int) -> dict[str, Any]:
+        return {"param_norm": stats[m][0], "param_fingerprint": stats[m][1],
+                "final_return": final_return(m),
+                "best_return": max((r["episode_return"] for r in run.rows
+                                    if r.get("member", 0) == m
+                                    and r["episode_return"] is not None), default=None),
+                "eval_return": last["eval/return_mean"][m] if last else None,
+                "eval_return_std": last["eval/return_std"][m] if last else None}
+
+    steps_this_session = (run.updates_done - run.first_update) * sizes.batch_size
     summary = {
-        "env": spec.name,
-        "status": status,
-        "env_steps": updates_done * sizes.batch_size,
-        "updates": updates_done,
-        "wall_time_s": time.perf_counter() - start,
-        "compile_time_s": compile_time,
-        "sps": steps_this_session / max(loop_time, 1e-9),
-        "final_return": returns[-1] if returns else None,
-        "best_return": max(returns) if returns else None,
-        "eval_return": evals[-1]["eval/return_mean"] if evals else None,
-        "eval_return_std": evals[-1]["eval/return_std"] if evals else None,
-        "eval_episodes": config.eval_episodes,
-        "solved_return": config.solved_return,
-        "solved_at_env_steps": solved_at * sizes.batch_size if solved_at else None,
-        "param_norm": norm,
-        "param_fingerprint": digest,
-        "num_devices": sizes.num_devices,
-        "num_processes": distributed.process_count(),
-        "jax_version": jax.__version__,
-        "jaxrl_dist_version": jaxrl_dist.__version__,
-        "run_dir": str(run_dir),
+        "env": run.env_name, "status": run.status,
+        "env_steps": run.updates_done * sizes.batch_size, "updates": run.updates_done,
+        "wall_time_s": time.perf_counter() - run.start, "compile_time_s": run.compile_time,
+        "sps": steps_this_session * count / max(run.loop_time, 1e-9),
+        **member_row(0),
+        "eval_episodes": c.eval_episodes, "solved_return": c.solved_return,
+        "solved_at_env_steps": run.solved_at * sizes.batch_size if run.solved_at else None,
+        "periodic": run.hooks,
+        "num_devices": layout.mesh.size, "num_processes": distributed.process_count(),
+        "jax_version": jax.__version__, "jaxrl_dist_version": jaxrl_dist.__version__,
+        "run_dir": str(run.run_dir),
     }
-    reporter.finish(summary)
+    if layout.members:
+        rows = [{"member": m.index, "seed": m.seed, **m.values, **member_row(m.index)}
+                for m in population.members(c)]
+        digest = hashlib.sha256(b"".join(bytes.fromhex(r["param_fingerprint"]) for r in rows))
+        summary.update({
+            "members": rows,
+            "population": {
+                "size": count, "layout": layout.describe(),
+                "eval_return": population.aggregate([r["eval_return"] for r in rows],
+                                                    c.solved_return),
+                "final_return": population.aggregate([r["final_return"] for r in rows])},
+            # population-level numbers: the mean over members; the fingerprint covers them all
+            "final_return": population.aggregate([r["final_return"] for r in rows]).get("mean"),
+            "eval_return": population.aggregate([r["eval_return"] for r in rows]).get("mean"),
+            "eval_return_std": None, "best_return": None,
+            "param_norm": float(np.sqrt(sum(r["param_norm"] ** 2 for r in rows))),
+            "param_fingerprint": digest.hexdigest()})
+    run.reporter.finish(summary)
     return summary
 
 

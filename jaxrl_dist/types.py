@@ -19,6 +19,7 @@ class TrainState(NamedTuple):
     value_moments: Moments  # running statistics of value targets (global; scalar)
     key: jax.Array         # uint32[2]; split once per update
     update: jax.Array      # int32[]; completed updates
+    hparams: Any = {}      # swept hyperparameters {name: f32[]} (empty without a sweep)
 
 
 class RunState(NamedTuple):

@@ -25,36 +25,46 @@ import jax
 import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh
 
 from jaxrl_dist import envs as envs_lib
 from jaxrl_dist import losses, rollout
 from jaxrl_dist.config import Config, Sizes
 from jaxrl_dist.envs import EnvSpec
 from jaxrl_dist.networks import Networks, make_networks
-from jaxrl_dist.sharding import DATA_AXIS, REPLICATED, SHARDED
+from jaxrl_dist.population import hparam_name
+from jaxrl_dist.sharding import DATA_AXIS, REPLICATED, Layout
 from jaxrl_dist.types import RunState, TrainState
 
-STATE_SPECS = RunState(train=REPLICATED, envs=SHARDED)
 
-
-def make_optimizer(config: Config, sizes: Sizes) -> tuple[optax.GradientTransformation,
-                                                          Callable[[jax.Array], jax.Array]]:
-    """Adam with global-norm clipping; returns (optimizer, lr schedule over SGD steps)."""
+def hyperparameters(config: Config, swept: dict[str, jax.Array] | None = None) -> dict[str, Any]:
+    """The update's scalar hyperparameters: the config's values (Python floats, constants of
+    the program), overridden by a population's swept values (arrays in the train state)."""
     p = config.ppo
+    values = {name: getattr(p, name) for name in ("learning_rate", "ent_coef", "clip_eps", "gamma",
+                                                  "gae_lambda", "vf_coef", "max_grad_norm")}
+    return {**values, **(swept or {})}
+
+
+def make_optimizer(config: Config, sizes: Sizes, hp: dict[str, Any] | None = None
+                   ) -> tuple[optax.GradientTransformation, Callable[[jax.Array], jax.Array]]:
+    """Adam with global-norm clipping; returns (optimizer, lr schedule over SGD steps).
+    Built inside the program when ``hp`` holds a member's swept (traced) values."""
+    p = config.ppo
+    hp = hyperparameters(config, hp)
     if p.anneal_lr:
         schedule = optax.linear_schedule(
-            p.learning_rate, 0.0,
+            hp["learning_rate"], 0.0,
             transition_steps=sizes.num_updates * p.update_epochs * p.num_minibatches)
     else:
-        schedule = optax.constant_schedule(p.learning_rate)
+        schedule = optax.constant_schedule(hp["learning_rate"])
     # Actor and critic each get their own clip + Adam. With ONE global norm over both, the
     # critic's gradient (value targets ~1/(1-gamma)) dominates the norm, clipping shrinks the
     # actor's gradient below Adam's eps and the policy stops learning (seen on CartPole).
     def network(tree):
         return {name: name for name in tree}
 
-    per_network = optax.flatten(optax.chain(optax.clip_by_global_norm(p.max_grad_norm),
+    per_network = optax.flatten(optax.chain(optax.clip_by_global_norm(hp["max_grad_norm"]),
                                             optax.adam(schedule, eps=p.adam_eps)))
     optimizer = optax.multi_transform({"actor": per_network, "critic": per_network}, network)
     return optimizer, schedule
@@ -75,7 +85,7 @@ def normalize_advantages(advantage: jax.Array, global_sums: jax.Array) -> jax.Ar
 
 
 def make_sgd_step(config: Config, nets: Networks, optimizer: optax.GradientTransformation,
-                  axis_name: str = DATA_AXIS) -> Callable:
+                  axis_name: str = DATA_AXIS, hp: dict[str, Any] | None = None) -> Callable:
     """One gradient step on a global minibatch; call inside shard_map over ``axis_name``.
 
     (params, opt_state, local minibatch with advantages already normalised if configured,
@@ -89,10 +99,11 @@ def make_sgd_step(config: Config, nets: Networks, optimizer: optax.GradientTrans
     bound (gloo on CPU, NCCL across hosts), so fusing them is what keeps multi-process fast.
     """
     p = config.ppo
+    hp = hyperparameters(config, hp)
 
     def local_loss(params, batch, clip_eps):
         return losses.ppo_loss(params, batch, nets.policy, nets.value, clip_eps,
-                               p.vf_clip_eps, p.ent_coef, p.vf_coef)
+                               p.vf_clip_eps, hp["ent_coef"], hp["vf_coef"])
 
     def sgd_step(params: Any, opt_state: Any, batch: losses.LossInputs, clip_eps: jax.Array):
         local_params = jax.lax.pcast(params, axis_name, to="varying")
@@ -108,37 +119,46 @@ def make_sgd_step(config: Config, nets: Networks, optimizer: optax.GradientTrans
 class Programs(NamedTuple):
     """The jitted programs of a run; all take and return global arrays."""
 
-    init: Callable[[jax.Array], RunState]   # (seed key) -> state; the seed is an argument
+    init: Callable[..., RunState]   # (seed key(s), swept hparams) -> state; seeds are arguments
     update: Callable[[RunState, int], tuple[RunState, dict[str, jax.Array]]]
     nets: Networks
     abstract_state: Callable[[], RunState]   # shapes + shardings of init()'s result
+    layout: Layout
 
 
 def _local_env_ids(num_local: int) -> jax.Array:
     return jax.lax.axis_index(DATA_AXIS) * num_local + jnp.arange(num_local)
 
 
-def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Programs:
-    """Build init and the K-updates-per-call update program over ``mesh``."""
+def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | Mesh
+                  ) -> Programs:
+    """Build init and the K-updates-per-call update program over the layout's mesh.
+
+    The body below is written for ONE member; a population runs it under ``vmap`` over the
+    members on each device (the ``DATA_AXIS`` collectives then reduce each member separately).
+    """
+    layout = layout if isinstance(layout, Layout) else Layout(layout)
     p = config.ppo
     nets = make_networks(config.network, spec)
-    optimizer, schedule = make_optimizer(config, sizes)
-    sgd_step = make_sgd_step(config, nets, optimizer)
+    optimizer, _ = make_optimizer(config, sizes)   # its state's structure (for init)
     T, E, M = config.num_steps, sizes.local_envs, p.num_minibatches
 
     # ---------------------------------------------------------------------------- init
-    def init_local(seed_key: jax.Array) -> RunState:
+    def init_local(seed_key: jax.Array, swept: dict[str, jax.Array]) -> RunState:
         key_params, key_envs, key_train = jax.random.split(seed_key, 3)
         params = nets.init(key_params)
         env_ids = _local_env_ids(E)
         slots = jax.vmap(lambda k: envs_lib.reset(spec, k))(rollout.env_keys(key_envs, env_ids))
         train = TrainState(params, optimizer.init(params), losses.init_moments(spec.obs_shape),
-                           losses.init_moments(()), key_train, jnp.int32(0))
+                           losses.init_moments(()), key_train, jnp.int32(0), swept)
         return RunState(train, slots)
 
     # ---------------------------------------------------------------------------- update
     def one_update(state: RunState, _) -> tuple[RunState, dict[str, jax.Array]]:
         train = state.train
+        hp = hyperparameters(config, train.hparams)
+        optimizer, schedule = make_optimizer(config, sizes, train.hparams)
+        sgd_step = make_sgd_step(config, nets, optimizer, hp=train.hparams)
         env_ids = _local_env_ids(E)
         key, key_rollout, key_shuffle = jax.random.split(train.key, 3)
 
@@ -152,11 +172,12 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
         # COLLECT TRAJECTORIES
         slots, traj = rollout.collect(
             spec, lambda obs: nets.policy(train.params, normalize_fn(obs)), value_fn,
-            state.envs, env_ids, key_rollout, T, p.gamma, p.bootstrap_truncation)
+            state.envs, env_ids, key_rollout, T, hp["gamma"], p.bootstrap_truncation)
 
         # ADVANTAGES
         advantages, targets = losses.compute_gae(traj.reward, traj.value, traj.done,
-                                                 value_fn(slots.obs), p.gamma, p.gae_lambda)
+                                                 value_fn(slots.obs), hp["gamma"],
+                                                 hp["gae_lambda"])
 
         # MINIBATCHES: stratified by environment; every epoch's permutations drawn up front
         def epoch_perm(key_epoch):                                                 # [E, T]
@@ -211,7 +232,8 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
         data = losses.LossInputs(normalize_fn(traj.obs), traj.action, traj.log_prob,
                                  scale(traj.value), advantages, scale(targets))
         progress = train.update.astype(jnp.float32) / sizes.num_updates
-        clip_eps = p.clip_eps * (1.0 - progress) if p.anneal_clip_eps else jnp.float32(p.clip_eps)
+        clip_eps = (hp["clip_eps"] * (1.0 - progress) if p.anneal_clip_eps
+                    else jnp.float32(hp["clip_eps"]))
 
         # UPDATE NETWORK: epochs x minibatches. KL early stop: once a minibatch's GLOBAL
         # approx KL (already reduced over the mesh, so every device agrees) exceeds
@@ -240,7 +262,7 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
         # OBSERVATION STATISTICS (global moments of this rollout, used from the next one on)
         moments = train.obs_moments
         if p.normalize_observations:
-            count = jnp.float32(obs.shape[0] * mesh.size)
+            count = jnp.float32(obs.shape[0] * layout.data_size)
             mean = sums["obs"][0] / count
             var = jnp.maximum(sums["obs"][1] / count - jnp.square(mean), 0.0)
             moments = losses.merge_moments(moments, mean, var, count)
@@ -265,18 +287,29 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
             "sgd_steps_fraction": 1.0 - jnp.mean(skipped.astype(jnp.float32)),
             "clip_eps": clip_eps,
         }
-        new_train = TrainState(params, opt_state, moments, value_moments, key, train.update + 1)
+        new_train = TrainState(params, opt_state, moments, value_moments, key, train.update + 1,
+                               train.hparams)
         return RunState(new_train, slots), metrics
 
     def update_local(state: RunState, num_updates: int):
         return jax.lax.scan(one_update, state, None, length=num_updates)
 
-    init = jax.jit(jax.shard_map(init_local, mesh=mesh, in_specs=(REPLICATED,),
-                                 out_specs=STATE_SPECS))
+    specs = RunState(layout.train, layout.envs)
+    if layout.members:   # the same bodies, vmapped over this device's members
+        init_body = jax.vmap(init_local)
+        update_body = jax.vmap(update_local, in_axes=(0, None))
+    else:
+        init_body, update_body = init_local, update_local
+    mesh = layout.mesh
+    init_program = jax.jit(jax.shard_map(init_body, mesh=mesh,
+                                         in_specs=(layout.train, layout.train), out_specs=specs))
+
+    def init(seed_key: jax.Array, swept: dict[str, jax.Array] | None = None) -> RunState:
+        return init_program(seed_key, swept or {})
 
     def update(state: RunState, num_updates: int):
-        body = jax.shard_map(lambda s: update_local(s, num_updates), mesh=mesh,
-                             in_specs=(STATE_SPECS,), out_specs=(STATE_SPECS, REPLICATED))
+        body = jax.shard_map(lambda s: update_body(s, num_updates), mesh=mesh,
+                             in_specs=(specs,), out_specs=(specs, layout.train))
         return body(state)
 
     update = jax.jit(update, static_argnums=1, donate_argnums=0)
@@ -284,13 +317,16 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, mesh: Mesh) -> Pr
     def abstract_state() -> RunState:
         """What init() returns, as ShapeDtypeStructs with shardings: lets the update program
         compile without (and concurrently with) running init."""
-        shapes = jax.eval_shape(init, jax.random.PRNGKey(0))
+        lead = (layout.members,) if layout.members else ()
+        key = jax.ShapeDtypeStruct((*lead, 2), jnp.uint32)
+        swept = {hparam_name(k): jax.ShapeDtypeStruct(lead, jnp.float32)
+                 for k in config.population.sweep}
+        shapes = jax.eval_shape(init, key, swept)
 
         def like(tree, spec):
-            sharding = NamedSharding(mesh, spec)
-            return jax.tree.map(
-                lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
+            return jax.tree.map(lambda x: jax.ShapeDtypeStruct(
+                x.shape, x.dtype, sharding=layout.sharding(spec)), tree)
 
-        return RunState(like(shapes.train, REPLICATED), like(shapes.envs, SHARDED))
+        return RunState(like(shapes.train, layout.train), like(shapes.envs, layout.envs))
 
-    return Programs(init, update, nets, abstract_state)
+    return Programs(init, update, nets, abstract_state, layout)

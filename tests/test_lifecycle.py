@@ -63,7 +63,7 @@ def test_checkpoints_hold_the_whole_run_state(reference):
     state, meta = read_checkpoint(run / "checkpoints")
     assert meta["updates"] == 20 and meta["config"]["num_envs"] == 4
     assert set(state["train"]) == {"params", "opt_state", "obs_moments", "value_moments", "key",
-                                  "update"}
+                                  "update", "hparams"}  # hparams: swept values, {} without a sweep
     assert state["envs"]["obs"].shape == (4, 4)  # every environment's last observation
     assert int(state["train"]["update"]) == 20
 

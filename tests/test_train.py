@@ -96,14 +96,31 @@ def test_replica_check_catches_diverged_devices():
     from jax.sharding import NamedSharding
 
     from jaxrl_dist import sharding
-    from jaxrl_dist.trainer import check_replicas
+    from jaxrl_dist.integrity import check_replicas
 
-    mesh = sharding.make_mesh(jax.devices()[:2])
-    replicated = NamedSharding(mesh, sharding.REPLICATED)
+    layout = sharding.make_layout(jax.devices()[:2])
+    replicated = NamedSharding(layout.mesh, sharding.REPLICATED)
     same = jax.device_put(jnp.arange(3.0), replicated)
-    check_replicas({"w": same})  # identical replicas pass
+    check_replicas({"w": same}, layout)  # identical replicas pass
     # a "replicated" array whose two device copies differ, as after a silent divergence
     copies = [jax.device_put(jnp.arange(3.0) + i, d) for i, d in enumerate(jax.devices()[:2])]
     diverged = jax.make_array_from_single_device_arrays((3,), replicated, copies)
     with pytest.raises(RunError, match="replicas differ"):
-        check_replicas({"w": same, "b": diverged})
+        check_replicas({"w": same, "b": diverged}, layout)
+
+
+def test_replica_check_is_per_member():
+    """Members differ by design; only copies of the SAME member must agree."""
+    from jaxrl_dist import sharding
+    from jaxrl_dist.integrity import check_replicas
+
+    by_member = sharding.make_layout(jax.devices()[:2], members=2, member_devices=2)
+    members = by_member.put(np.arange(6.0).reshape(2, 3), by_member.train)
+    check_replicas({"w": members}, by_member)   # two different members, one copy each: fine
+    by_data = sharding.make_layout(jax.devices()[:2], members=2, member_devices=1)
+    sharding_ = by_data.sharding(by_data.train)
+    copies = [jax.device_put(np.arange(6.0).reshape(2, 3) + i, d)
+              for i, d in enumerate(jax.devices()[:2])]
+    diverged = jax.make_array_from_single_device_arrays((2, 3), sharding_, copies)
+    with pytest.raises(RunError, match="replicas differ"):
+        check_replicas({"w": diverged}, by_data)

@@ -1,0 +1,62 @@
+"""The run loop's periodic work as a table: what runs, and how often.
+
+Each :class:`Hook` fires when the update count crosses a multiple of its period. A period is
+given in updates, in seconds, or both; seconds are turned into updates ONCE, from the measured
+speed of the first timed calls, with process 0's measurement broadcast to every process. From
+then on every process fires the same hooks after the same updates, which is what lets a hook be
+a collective (a checkpoint save, a replica check) in a multi-process job. A population or a new
+algorithm reuses the loop by passing other actions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable
+
+
+@dataclass
+class Hook:
+    name: str
+    action: Callable[[int], None]     # called with the number of updates done
+    every: int = 0                    # updates between calls; 0 = no update period
+    seconds: float = 0.0              # wall-clock period; 0 = none
+    _from_seconds: int = field(default=0, init=False)
+
+    @property
+    def period(self) -> int:
+        """The period in updates now in force (the smaller of the two), 0 = never."""
+        periods = [p for p in (self.every, self._from_seconds) if p > 0]
+        return min(periods) if periods else 0
+
+    def due(self, before: int, after: int) -> bool:
+        """Whether a multiple of the period lies in (before, after]."""
+        p = self.period
+        return p > 0 and after // p > before // p
+
+
+class HookTable:
+    """The hooks of one run. ``calibrate`` once with the agreed seconds per update."""
+
+    def __init__(self, hooks: list[Hook]):
+        self.hooks = hooks
+        self.calibrated = not any(h.seconds > 0 for h in hooks)
+
+    def calibrate(self, seconds_per_update: float) -> None:
+        for h in self.hooks:
+            if h.seconds > 0:
+                h._from_seconds = max(1, math.ceil(h.seconds / max(seconds_per_update, 1e-9)))
+        self.calibrated = True
+
+    def run_due(self, before: int, after: int, skip: tuple[str, ...] = ()) -> list[str]:
+        """Call every hook due in (before, after], in table order; returns their names."""
+        fired = []
+        for h in self.hooks:
+            if h.name not in skip and h.due(before, after):
+                h.action(after)
+                fired.append(h.name)
+        return fired
+
+    def describe(self) -> str:
+        return ", ".join(f"{h.name} every {h.period} updates" if h.period else f"{h.name} off"
+                         for h in self.hooks)
