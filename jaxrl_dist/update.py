@@ -144,9 +144,11 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | 
     T, E, M = config.num_steps, sizes.local_envs, p.num_minibatches
 
     # ---------------------------------------------------------------------------- init
-    def init_local(seed_key: jax.Array, swept: dict[str, jax.Array]) -> RunState:
-        key_params, key_envs, key_train = jax.random.split(seed_key, 3)
-        params = nets.init(key_params)
+    def init_params(seed_key: jax.Array):
+        return nets.init(jax.random.split(seed_key, 3)[0])
+
+    def init_local(seed_key: jax.Array, swept: dict[str, jax.Array], params) -> RunState:
+        _, key_envs, key_train = jax.random.split(seed_key, 3)
         env_ids = _local_env_ids(E)
         slots = jax.vmap(lambda k: envs_lib.reset(spec, k))(rollout.env_keys(key_envs, env_ids))
         train = TrainState(params, optimizer.init(params), losses.init_moments(spec.obs_shape),
@@ -296,10 +298,16 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | 
 
     specs = RunState(layout.train, layout.envs)
     if layout.members:   # the same bodies, vmapped over this device's members
-        init_body = jax.vmap(init_local)
+        def init_body(seed_keys, swept):
+            # Parameters member by member (lax.map, not vmap): the orthogonal initializer's
+            # batched LAPACK QR deadlocked 2-device CPU programs (jaxlib 0.10.2), and this way
+            # member k starts from exactly the single run's parameters.
+            return jax.vmap(init_local)(seed_keys, swept, jax.lax.map(init_params, seed_keys))
         update_body = jax.vmap(update_local, in_axes=(0, None))
     else:
-        init_body, update_body = init_local, update_local
+        def init_body(seed_key, swept):
+            return init_local(seed_key, swept, init_params(seed_key))
+        update_body = update_local
     mesh = layout.mesh
     init_program = jax.jit(jax.shard_map(init_body, mesh=mesh,
                                          in_specs=(layout.train, layout.train), out_specs=specs))
