@@ -12,6 +12,7 @@ Measures what docs/benchmarks.md reports, by running the real command lines as s
   results     learning results of the shipped configs (return reached, steps, wall, SPS)
   collectives latency of one cross-process all-reduce (gloo, 2 processes, pinned/unpinned)
   learning    final returns of ours and rejax on N seeds each (bench_learning.py)
+  population  N seeds in one command vs rejax vmapped vs N sequential runs (bench_population.py)
 
 Every measurement is repeated (--repeats) and reported as min / median / max; results go to
 OUT/NAME.json and OUT/NAME.md. Nothing here is used by training.
@@ -57,8 +58,10 @@ def _clean_env(**extra: str) -> dict[str, str]:
     return env
 
 
-def run_command(cmd: list[str], timeout: float = 1800, **env: str) -> dict[str, Any]:
-    """Run ``cmd``; return wall time, peak RSS of its largest process and its summary line."""
+def run_command(cmd: list[str], timeout: float = 1800, summary: bool = True, **env: str
+                ) -> dict[str, Any]:
+    """Run ``cmd``; return wall time, peak RSS of its largest process and (``summary``) its
+    summary line."""
     wrapper = textwrap.dedent("""
         import json, resource, subprocess, sys, time
         t = time.perf_counter()
@@ -71,6 +74,11 @@ def run_command(cmd: list[str], timeout: float = 1800, **env: str) -> dict[str, 
     proc = subprocess.run([sys.executable, "-c", wrapper, *cmd], capture_output=True, text=True,
                           timeout=timeout, env=_clean_env(**env))
     out = json.loads(proc.stdout)
+    if not summary:
+        if out["rc"] != 0:
+            raise RuntimeError(f"benchmark command failed ({out['rc']}): {' '.join(cmd)}\n"
+                               f"{out['stderr'][-2000:]}")
+        return out
     summary = None
     for line in out["stdout"].splitlines():
         line = line.rsplit("\r", 1)[-1]
@@ -373,7 +381,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jaxrl_dist.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["throughput", "scaling", "solve", "rejax", "results",
-                                         "collectives", "learning"])
+                                         "collectives", "learning", "population"])
     parser.add_argument("--config", default=CARTPOLE)
     parser.add_argument("--configs", nargs="+", default=list(RESULT_TARGETS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -392,14 +400,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-seeds", type=int, default=16, help="learning: seeds per trainer")
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=3600, help="learning: per trainer")
+    parser.add_argument("--topology", default="1x2",
+                        help="population: PROCESSES x DEVICES for ours (e.g. 1x2, 2x1)")
+    parser.add_argument("--no-sequential", action="store_true",
+                        help="population: skip the N sequential single runs")
     args = parser.parse_args(argv)
 
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     from jaxrl_dist.bench_learning import bench_learning
+    from jaxrl_dist.bench_population import bench_population
 
     fn = {"throughput": bench_throughput, "scaling": bench_scaling, "solve": bench_solve,
           "rejax": bench_rejax, "results": bench_results,
-          "collectives": bench_collectives, "learning": bench_learning}[args.what]
+          "collectives": bench_collectives, "learning": bench_learning,
+          "population": bench_population}[args.what]
     rows, table = fn(args)
     args.out.mkdir(parents=True, exist_ok=True)
     record = {"what": args.what, "started": started, "machine": machine(),
@@ -407,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
               "rows": rows}
     (args.out / f"{args.what}.json").write_text(json.dumps(record, indent=2) + "\n")
     m = record["machine"]
-    runs = (f"{args.num_seeds} seeds per trainer" if args.what == "learning"
+    runs = (f"{args.num_seeds} seeds per trainer" if args.what in ("learning", "population")
             else f"{args.repeats} repeat(s)")
     header = (f"{args.what}: {m['cpu']}, {m['cores']} cores, Python {m['python']}, jax "
               f"{m['jax']}; {runs}; `python -m jaxrl_dist.bench "

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from jaxrl_dist.population import bootstrap_ci, iqm
+
 # name -> (config, solved threshold, gymnax-blines reference return or None)
 TASKS = {
     "cartpole": ("configs/cartpole.yaml", 475.0, 500.0),
@@ -47,24 +49,6 @@ XLA_ENV = {"XLA_FLAGS": "--xla_cpu_enable_concurrency_optimized_scheduler=false"
 
 
 # -------------------------------------------------------------------------------- statistics
-
-def iqm(x: np.ndarray) -> float:
-    """Interquartile mean: the mean of the middle 50 % (robust to a few outlier seeds)."""
-    x = np.sort(np.asarray(x, np.float64))
-    n = len(x)
-    lo, hi = int(np.floor(0.25 * n)), int(np.ceil(0.75 * n))
-    return float(np.mean(x[lo:hi])) if hi > lo else float(np.mean(x))
-
-
-def bootstrap_ci(x: np.ndarray, stat=np.mean, n: int = 10_000, seed: int = 0
-                 ) -> tuple[float, float]:
-    """95 % percentile-bootstrap CI of ``stat`` over seeds."""
-    x = np.asarray(x, np.float64)
-    rng = np.random.default_rng(seed)
-    samples = x[rng.integers(0, len(x), size=(n, len(x)))]
-    values = np.array([stat(s) for s in samples]) if stat is not np.mean else samples.mean(1)
-    return float(np.percentile(values, 2.5)), float(np.percentile(values, 97.5))
-
 
 def first_reach(steps: np.ndarray, curve: np.ndarray, threshold: float) -> list[int | None]:
     """Per seed: env steps at which the training curve first reached ``threshold``."""

@@ -1,7 +1,10 @@
 """python -m jaxrl_dist.plot RUN_DIR [RUN_DIR ...] [-o returns.png]
 
 Episode return (and eval return, where logged) against global env steps, with steps/s below;
-several runs are overlaid. Reads only metrics.jsonl (JSON lines).
+several runs are overlaid. A population run (rows carry a ``member``) is drawn as its mean
+curve with a 95 % bootstrap band over members; a sweep gets one curve per swept setting (mean
+over its seeds) and a second panel of final return against the swept value. Reads the run's
+metrics.jsonl, config.yaml and (when present) summary.json.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ import json
 import sys
 from pathlib import Path
 
+from jaxrl_dist.errors import UserError
+
 
 def read_rows(run_dir: Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
@@ -19,11 +24,27 @@ def read_rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def plot(run_dirs: list[Path], out: Path) -> Path:
+def _pyplot():
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    return plt
+
+
+def _save(fig, out: Path) -> Path:
+    fig.tight_layout()
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=110)
+    fig.clf()
+    return out
+
+
+def plot(run_dirs: list[Path], out: Path) -> Path:
+    if len(run_dirs) == 1 and any("member" in r for r in read_rows(run_dirs[0])[:1]):
+        return plot_population(run_dirs[0], out)
+    plt = _pyplot()
 
     fig, (ax_ret, ax_sps) = plt.subplots(2, 1, figsize=(8, 6.5), sharex=True,
                                          gridspec_kw={"height_ratios": [3, 1]})
@@ -47,10 +68,66 @@ def plot(run_dirs: list[Path], out: Path) -> Path:
     ax_sps.set_ylabel("env steps / s")
     ax_sps.set_xlabel("global env steps")
     ax_sps.grid(alpha=0.3)
-    fig.tight_layout()
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out, dpi=110)
+    out = _save(fig, out)
+    plt.close(fig)
+    return out
+
+
+def plot_population(run_dir: Path, out: Path) -> Path:
+    """Mean curve + CI band per swept setting (all members when nothing is swept)."""
+    import numpy as np
+
+    from jaxrl_dist import config as config_lib, population
+
+    run_dir = Path(run_dir)
+    config = config_lib.load(run_dir / "config.yaml")
+    members = population.members(config)
+    curves: dict[int, dict[int, float]] = {}
+    for r in read_rows(run_dir):
+        if r.get("episode_return") is not None:
+            curves.setdefault(r["member"], {})[r["env_steps"]] = r["episode_return"]
+    steps = sorted({s for c in curves.values() for s in c})
+    table = np.array([[curves.get(m.index, {}).get(s, np.nan) for s in steps] for m in members])
+    finals = table[:, -1]
+    summary = run_dir / "summary.json"
+    if summary.is_file():   # the final evaluation, when the run got that far
+        finals = np.array([m["eval_return"] for m in json.loads(summary.read_text())["members"]],
+                          np.float64)
+    groups: dict[tuple, list[int]] = {}
+    for m in members:
+        groups.setdefault(tuple(m.values.items()), []).append(m.index)
+
+    plt = _pyplot()
+    sweep = list(config.population.sweep)
+    fig, axes = plt.subplots(1, 2 if sweep else 1, figsize=(12 if sweep else 8, 4.8),
+                             squeeze=False)
+    ax = axes[0, 0]
+    for setting, idx in groups.items():
+        rows = table[idx]
+        mean = np.nanmean(rows, 0)
+        band = [population.bootstrap_ci(c[np.isfinite(c)], n=1000) if np.isfinite(c).any()
+                else (np.nan, np.nan) for c in rows.T]
+        name = ", ".join(f"{k.split('.')[-1]}={v:g}" for k, v in setting) or "mean"
+        line, = ax.plot(steps, mean, label=f"{name} ({len(idx)} seeds)")
+        ax.fill_between(steps, *zip(*band), color=line.get_color(), alpha=0.2)
+    ax.set(xlabel="global env steps", ylabel="episode return (training)",
+           title=f"{config.env}: {len(members)} members, mean and 95 % bootstrap CI")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    if sweep:
+        ax = axes[0, 1]
+        key = sweep[0]   # the first swept key on x; any others split the points by colour
+        for setting, idx in groups.items():
+            x = dict(setting)[key]
+            ax.plot([x] * len(idx), finals[idx], "o", alpha=0.5, color="C0")
+            ax.errorbar([x], [np.nanmean(finals[idx])], fmt="s", color="C3", ms=7)
+        if key.endswith("learning_rate"):
+            ax.set_xscale("log")
+        ax.set(xlabel=key, ylabel="final return" + (" (evaluation)" if summary.is_file()
+                                                     else " (training)"),
+               title="final return per member (square: mean over seeds)")
+        ax.grid(alpha=0.3)
+    out = _save(fig, out)
     plt.close(fig)
     return out
 
@@ -63,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         out = plot(args.run_dirs, args.out or args.run_dirs[0] / "returns.png")
-    except (FileNotFoundError, json.JSONDecodeError, KeyError) as e:
+    except (FileNotFoundError, json.JSONDecodeError, KeyError, UserError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(out)

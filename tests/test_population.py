@@ -69,6 +69,10 @@ def test_member_k_is_the_single_run_and_has_its_own_rate(singles, devices, tmp_p
     assert agg["mean"] == pytest.approx(np.mean([m["eval_return"] for m in members]))
     assert sorted(p.name for p in (tmp_path / "run/tb").glob("member_*")) == [
         f"member_{k:03d}" for k in range(4)]
+    if devices == 2:   # the population plot: curves per swept rate + final return vs rate
+        from jaxrl_dist import plot
+        assert plot.main([str(tmp_path / "run"), "-o", str(tmp_path / "pop.png")]) == 0
+        assert (tmp_path / "pop.png").stat().st_size > 10_000
 
 
 @pytest.mark.parametrize("key", ["network.hidden_sizes", "num_envs", "ppo.num_minibatches"])

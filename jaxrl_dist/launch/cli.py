@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Sequence
 
+from jaxrl_dist.errors import UserError
 from jaxrl_dist.protocol import launcher_env_name
 
 # The --help description (kept word for word from the single-module launcher).
@@ -25,7 +26,7 @@ its environment; see ``jaxrl_dist/distributed.py``). JAX's coordination service 
 collectives do the rest; this launcher only computes the plan, starts workers and watches them."""
 
 
-class LaunchError(ValueError):
+class LaunchError(UserError):
     """Bad launcher input; the message is one line for the user."""
 
 
