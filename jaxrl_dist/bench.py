@@ -34,7 +34,6 @@ from pathlib import Path
 from typing import Any
 
 CARTPOLE = "configs/cartpole.yaml"
-REJAX_VENV = Path(".bench/rejax")
 
 
 def machine() -> dict[str, Any]:
@@ -202,145 +201,6 @@ def bench_solve(args) -> tuple[list[dict], str]:
     return rows, "\n".join(md)
 
 
-ALLREDUCE_SCRIPT = textwrap.dedent("""
-    # One process of a 2-process all-reduce latency probe: psum of N floats, L times in one
-    # compiled loop, over jax.distributed + gloo (the transport the trainer uses on CPU).
-    import json, os, sys, time
-    import numpy as np
-    import jax
-    rank, port, n, loops = (int(a) for a in sys.argv[1:5])
-    jax.distributed.initialize(f"127.0.0.1:{port}", 2, rank)
-    from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
-    mesh = Mesh(np.array(jax.devices()), ("d",))
-
-    def body(x):
-        def step(_, x):
-            return jax.lax.pcast(jax.lax.psum(x, "d") * 0.5, "d", to="varying")
-        return jax.lax.fori_loop(0, loops, step, x)
-
-    f = jax.jit(jax.shard_map(body, mesh=mesh, in_specs=P("d"), out_specs=P("d")))
-    x = jax.make_array_from_process_local_data(NamedSharding(mesh, P("d")),
-                                               np.ones((1, n), np.float32))
-    jax.block_until_ready(f(x))
-    times = []
-    for _ in range(5):
-        t = time.perf_counter()
-        jax.block_until_ready(f(x))
-        times.append((time.perf_counter() - t) / loops * 1e6)
-    if rank == 0:
-        print(json.dumps({"us": times}))
-    jax.distributed.shutdown()
-""")
-
-
-def _free_port() -> int:
-    import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def bench_collectives(args) -> tuple[list[dict], str]:
-    """Latency of one cross-process all-reduce (2 processes on 127.0.0.1, gloo), with each
-    process pinned to its own core and unpinned: the floor under every multi-process SGD step."""
-    script = Path(tempfile.mkdtemp()) / "allreduce.py"
-    script.write_text(ALLREDUCE_SCRIPT)
-    env = _clean_env(JAX_PLATFORMS="cpu",
-                     XLA_FLAGS="--xla_cpu_enable_concurrency_optimized_scheduler=false")
-    rows, md = [], ["| floats | processes pinned | all-reduce µs, median (min–max) |",
-                    "|---|---|---|"]
-    for n in (8, 9_200):   # 9,200 ~ the CartPole actor + critic gradient
-        for pinned in (False, True):
-            samples = []
-            for _ in range(args.repeats):
-                port = _free_port()
-                procs = []
-                for rank in range(2):
-                    pre = ["taskset", "-c", str(rank)] if pinned else []
-                    procs.append(subprocess.Popen(
-                        [*pre, sys.executable, str(script), str(rank), str(port), str(n), "200"],
-                        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env))
-                outs = [p.communicate(timeout=300)[0] for p in procs]
-                samples.append(statistics.median(json.loads(outs[0].strip().splitlines()[-1])["us"]))
-            row = {"floats": n, "pinned": pinned, "us": stats(samples)}
-            rows.append(row)
-            print(f"  {n} floats, pinned={pinned}: {row['us']['median']:.0f} us",
-                  file=sys.stderr, flush=True)
-            md.append(f"| {n:,} | {'yes (one core each)' if pinned else 'no'} | "
-                      f"{_fmt(row['us'])} |")
-    return rows, "\n".join(md)
-
-
-REJAX_SCRIPT = textwrap.dedent("""
-    import json, sys, time
-    t0 = time.perf_counter()
-    import jax
-    from rejax import PPO
-    algo = PPO.create(env="CartPole-v1", num_envs=4, num_steps=128, num_epochs=4,
-                      num_minibatches=4, total_timesteps=int(sys.argv[1]), learning_rate=2.5e-4,
-                      max_grad_norm=0.5, gamma=0.99, gae_lambda=0.95, clip_eps=0.2,
-                      ent_coef=0.01, vf_coef=0.5, eval_freq=int(sys.argv[1]),
-                      skip_initial_evaluation=True,
-                      agent_kwargs={"hidden_layer_sizes": (64, 64), "activation": "tanh"})
-    train = jax.jit(algo.train)
-    t = time.perf_counter()
-    compiled = train.lower(jax.random.PRNGKey(0)).compile()
-    compile_s = time.perf_counter() - t
-    t = time.perf_counter()
-    ts, (lengths, returns) = compiled(jax.random.PRNGKey(0))
-    jax.block_until_ready(ts)
-    run_s = time.perf_counter() - t
-    print(json.dumps({"rank": 0, "sps": int(sys.argv[1]) / run_s, "compile_time_s": compile_s,
-                      "status": "completed", "final_return": float(returns[-1].mean()),
-                      "wall_s": time.perf_counter() - t0}))
-""")
-
-
-def ensure_rejax() -> Path:
-    python = REJAX_VENV / "bin" / "python"
-    if not python.exists():
-        subprocess.run([sys.executable, "-m", "venv", str(REJAX_VENV)], check=True)
-        # rejax needs gymnax 0.0.9 (it breaks with gymnax 1.x), so it never shares our venv
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "rejax", "gymnax==0.0.9"],
-                       check=True)
-    return python
-
-
-def bench_rejax(args) -> tuple[list[dict], str]:
-    python = ensure_rejax()
-    ours_sets = [f"total_timesteps={args.steps}", "checkpoint_every=0",
-                 "check_replicas_every=0", f"updates_per_call={args.updates_per_call}"]
-    script = Path(tempfile.mkdtemp()) / "rejax_ppo.py"
-    script.write_text(REJAX_SCRIPT)
-    results = {"ours": [], "rejax": []}
-    for i in range(args.repeats):  # alternate so drift hits both equally
-        with tempfile.TemporaryDirectory() as tmp:
-            ours = run_command(train_cmd(Path(tmp) / "run", 1, CARTPOLE, ours_sets))
-        theirs = run_command([str(python), str(script), str(args.steps)],
-                             XLA_FLAGS="--xla_cpu_enable_concurrency_optimized_scheduler=false")
-        for name, out in (("ours", ours), ("rejax", theirs)):
-            results[name].append({"sps": out["summary"]["sps"],
-                                  "compile_time_s": out["summary"]["compile_time_s"],
-                                  "wall_s": out["wall_s"],
-                                  "final_return": out["summary"]["final_return"]})
-        print(f"  [{i + 1}/{args.repeats}] ours {ours['summary']['sps']:,.0f} sps, rejax "
-              f"{theirs['summary']['sps']:,.0f} sps", file=sys.stderr, flush=True)
-    rows = []
-    md = ["| trainer | steady SPS, median (min–max) | compile s | wall s | final return |",
-          "|---|---|---|---|---|"]
-    for name in ("ours", "rejax"):
-        r = {"label": name, **{k: stats([x[k] for x in results[name]])
-                               for k in ("sps", "compile_time_s", "wall_s")},
-             "final_return": [x["final_return"] for x in results[name]]}
-        rows.append(r)
-        md.append(f"| {name} | {_fmt(r['sps'])} | {_fmt(r['compile_time_s'], 1)} | "
-                  f"{_fmt(r['wall_s'], 1)} | "
-                  f"{', '.join(f'{v:.0f}' for v in r['final_return'])} |")
-    ratio = rows[0]["sps"]["median"] / rows[1]["sps"]["median"]
-    md.append(f"\nRatio of median steady SPS (ours / rejax): **{ratio:.2f}x**")
-    return rows, "\n".join(md)
-
-
 RESULT_TARGETS = {  # config -> (return threshold, steps budget) from each config's header
     "configs/cartpole.yaml": (475, 500_000),
     "configs/acrobot.yaml": (-100, 1_000_000),
@@ -390,7 +250,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--envs-per-proc", type=int, nargs="+", default=[16, 64, 256],
                         help="scaling: envs per process (one weak + strong pair each)")
     parser.add_argument("--target", type=float, default=475.0, help="solve: eval return")
-    parser.add_argument("--updates-per-call", type=int, default=10)
     parser.add_argument("--set", action="append", default=[], help="extra config override")
     parser.add_argument("--out", type=Path, default=Path("docs/bench"))
     parser.add_argument("--tasks", nargs="+", default=["cartpole"],
@@ -407,8 +266,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     started = time.strftime("%Y-%m-%d %H:%M:%S")
+    from jaxrl_dist.bench_collectives import bench_collectives
     from jaxrl_dist.bench_learning import bench_learning
     from jaxrl_dist.bench_population import bench_population
+    from jaxrl_dist.bench_rejax import bench_rejax
 
     fn = {"throughput": bench_throughput, "scaling": bench_scaling, "solve": bench_solve,
           "rejax": bench_rejax, "results": bench_results,

@@ -58,8 +58,8 @@ def _ours_sequential(args, seeds, steps) -> dict[str, Any]:
 
 def _rejax(args, seeds, steps) -> dict[str, Any]:
     if not REJAX_PYTHON.exists():
-        raise SystemExit(f"rejax's venv is missing: python3.11 -m venv .bench/rejax && "
-                         f".bench/rejax/bin/pip install rejax==0.1.3 gymnax==0.0.9")
+        raise SystemExit("rejax's venv is missing: python3.11 -m venv .bench/rejax && "
+                         ".bench/rejax/bin/pip install rejax==0.1.3 gymnax==0.0.9")
     from jaxrl_dist import config as config_lib
     config = config_lib.load(args.config)
     cmd = [str(REJAX_PYTHON), str(PEERS / "rejax_runner.py"), "--env", config.env,

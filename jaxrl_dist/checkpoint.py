@@ -30,7 +30,7 @@ from jaxrl_dist.types import RunState
 # not what is computed. Everything else must match the checkpoint.
 RESUMABLE_CHANGES = ("updates_per_call", "checkpoint_every", "keep_checkpoints", "eval_every",
                      "eval_episodes", "target_return", "solved_return", "checkpoint_minutes",
-                     "check_replicas_every", "check_replicas_minutes")
+                     "check_replicas_every", "check_replicas_minutes", "compile_cache")
 
 
 class CheckpointError(UserError):

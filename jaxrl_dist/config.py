@@ -1,16 +1,16 @@
 """Typed, frozen run configuration: YAML + ``--set`` overrides, validated in one place.
 
 Every size in the config is GLOBAL (all devices of all processes). Per-device sizes are derived
-in :func:`derive_sizes`, after the device count is known, so the same file describes a run on one
-CPU or on a pod. Nothing here imports jax: the CLI must read a config before jax is imported.
+in :mod:`jaxrl_dist.sizes` once the device count is known, so the same file describes a run on
+one CPU or on a pod; typed parsing of the YAML lives in :mod:`jaxrl_dist.typed`. Nothing here imports jax: the CLI must read a config before jax is imported.
 """
 
 from __future__ import annotations
 
-from jaxrl_dist.errors import UserError
+from jaxrl_dist import typed
+from jaxrl_dist.errors import ConfigError
 
 import dataclasses
-import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,10 +19,6 @@ from typing import Any
 import yaml
 
 ACTIVATIONS = ("tanh", "relu", "gelu", "silu", "elu")
-
-
-class ConfigError(UserError):
-    """A bad config value; its message is a single line meant for the user."""
 
 
 def _doc(text: str, **kwargs: Any) -> Any:
@@ -119,112 +115,17 @@ class Config:
                                      default=0)
     check_replicas_minutes: float = _doc("wall-clock minutes between replica checks; 0 = off",
                                          default=5.0)
+    compile_cache: str | None = _doc("persistent XLA compilation cache shared by every run and "
+                                     "process on this machine; 'auto' = $JAXRL_DIST_CACHE, else "
+                                     "$XDG_CACHE_HOME/jaxrl_dist/xla, else "
+                                     "~/.cache/jaxrl_dist/xla; null = off", default="auto")
     ppo: PPOConfig = field(default_factory=PPOConfig)
     network: NetworkConfig = field(default_factory=NetworkConfig)
     population: PopulationConfig = field(default_factory=lambda: PopulationConfig())
 
 
-@dataclass(frozen=True)
-class Sizes:
-    """Sizes derived from the config and the device count (global unless named ``local_``)."""
-
-    num_devices: int
-    local_envs: int            # environments per device
-    batch_size: int            # env steps per update, global
-    num_updates: int
-    steps_per_minibatch: int   # time steps of every environment in one minibatch
-    updates_per_call: int      # what one compiled call runs (see choose_updates_per_call)
-
-
 # --------------------------------------------------------------------------------------------
 # Loading and overriding
-
-
-def _type_name(tp: Any) -> str:
-    return getattr(tp, "__name__", str(tp)).replace("NoneType", "null")
-
-
-def _coerce(path: str, tp: Any, value: Any) -> Any:
-    """Check ``value`` against the annotation ``tp``; returns the value in canonical form."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        options = typing.get_args(tp)
-        if value is None and type(None) in options:
-            return None
-        for option in options:
-            if option is type(None):
-                continue
-            try:
-                return _coerce(path, option, value)
-            except ConfigError:
-                pass
-        raise ConfigError(f"config key '{path}': expected {' or '.join(map(_type_name, options))},"
-                          f" got {value!r}")
-    if origin is dict:
-        key_tp, value_tp = typing.get_args(tp)
-        if not isinstance(value, dict):
-            raise ConfigError(f"config key '{path}': expected a mapping, got {value!r}")
-
-        def flat(d: dict, prefix: str = "") -> dict:  # {ppo: {gamma: ..}} -> {"ppo.gamma": ..}
-            out = {}
-            for k, v in d.items():
-                out.update(flat(v, f"{prefix}{k}.") if isinstance(v, dict) else
-                           {f"{prefix}{k}": v})
-            return out
-
-        value = flat(value)
-        return {_coerce(path, key_tp, k): _coerce(f"{path}.{k}", value_tp, v)
-                for k, v in value.items()}
-    if origin is tuple:
-        (item_tp, _) = typing.get_args(tp)
-        if isinstance(value, int) and not isinstance(value, bool):
-            value = [value]
-        if not isinstance(value, (list, tuple)):
-            raise ConfigError(f"config key '{path}': expected a list of {_type_name(item_tp)},"
-                              f" e.g. [64, 64], got {value!r}")
-        return tuple(_coerce(f"{path}[{i}]", item_tp, v) for i, v in enumerate(value))
-    if tp in (int, float) and isinstance(value, str):
-        try:  # YAML 1.1 reads 1e-3 (no dot) as a string; accept it as the number it means
-            value = float(value)
-        except ValueError:
-            pass
-    if tp is bool:
-        if isinstance(value, bool):
-            return value
-    elif tp is int:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-        if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
-            return int(value)  # 1e6 in YAML is a float
-    elif tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-    elif tp is str:
-        if isinstance(value, str):
-            return value
-    else:  # pragma: no cover - only the types above are used
-        raise TypeError(tp)
-    raise ConfigError(f"config key '{path}': expected {_type_name(tp)}, got {value!r}")
-
-
-def _build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
-    if not isinstance(data, dict):
-        raise ConfigError(f"config section '{prefix.rstrip('.') or '<root>'}' must be a mapping,"
-                          f" got {data!r}")
-    hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - set(fields))
-    if unknown:
-        raise ConfigError(f"unknown config key '{prefix}{unknown[0]}'; allowed keys here: "
-                          f"{', '.join(prefix + name for name in fields)}")
-    kwargs = {}
-    for name, value in data.items():
-        tp = hints[name]
-        if dataclasses.is_dataclass(tp):
-            kwargs[name] = _build(tp, value, f"{prefix}{name}.")
-        else:
-            kwargs[name] = _coerce(prefix + name, tp, value)
-    return cls(**kwargs)
 
 
 def to_dict(config: Config) -> dict[str, Any]:
@@ -284,7 +185,7 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def from_dict(data: dict[str, Any], population: bool = True) -> Config:
-    config = _build(Config, data)
+    config = typed.build(Config, data)
     if population:
         check(config)
     return config
@@ -370,39 +271,6 @@ def _check_population(config: Config) -> None:
                 check(from_dict(apply_overrides(base, [f"{key}={value}"]), population=False))
             except ConfigError as e:
                 raise ConfigError(f"population.sweep.{key}={value}: {e}") from None
-
-
-def derive_sizes(config: Config, num_devices: int) -> Sizes:
-    """Per-device sizes; errors name the key and the values that would work."""
-    c = config
-    if c.num_envs % num_devices:
-        ok = [k * num_devices for k in range(1, 4)]
-        raise ConfigError(f"num_envs ({c.num_envs}) must be divisible by the number of devices "
-                          f"({num_devices}); e.g. num_envs={ok[0]}, {ok[1]} or {ok[2]}")
-    if c.eval_episodes % num_devices:
-        raise ConfigError(f"eval_episodes ({c.eval_episodes}) must be divisible by the number of "
-                          f"devices ({num_devices}): the final evaluation spreads them evenly")
-    batch = c.num_envs * c.num_steps
-    num_updates = c.total_timesteps // batch
-    return Sizes(
-        num_devices=num_devices,
-        local_envs=c.num_envs // num_devices,
-        batch_size=batch,
-        num_updates=num_updates,
-        steps_per_minibatch=c.num_steps // c.ppo.num_minibatches,
-        updates_per_call=choose_updates_per_call(num_updates, c.updates_per_call),
-    )
-
-
-def choose_updates_per_call(num_updates: int, wanted: int) -> int:
-    """The largest divisor of ``num_updates`` in [wanted/2, wanted], so ONE compiled program
-    runs the whole run (a remainder call would cost a second compile); ``wanted`` if none.
-    A function of the whole run only, so a resumed run groups updates the same way."""
-    wanted = min(wanted, num_updates)
-    for k in range(wanted, (wanted + 1) // 2 - 1, -1):
-        if num_updates % k == 0:
-            return k
-    return wanted
 
 
 def describe() -> list[tuple[str, str, str]]:

@@ -15,3 +15,7 @@ class UserError(ValueError):
 
 class RunError(UserError):
     """A problem with the run directory or the job's processes."""
+
+
+class ConfigError(UserError):
+    """A bad config value; its message is a single line meant for the user."""

@@ -9,6 +9,7 @@ swept values differ between members, and they travel as arrays in the train stat
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 from typing import Any, NamedTuple
 
@@ -93,3 +94,21 @@ def aggregate(values: Any, threshold: float | None = None) -> dict[str, Any]:
         out["solved"] = int(np.sum(x >= threshold))
     return out
 
+
+
+def summarize(config: Config, member_rows: list[dict[str, Any]], layout: str) -> dict[str, Any]:
+    """summary.json fields of a population: a ``members`` list, aggregates over members, and
+    population-level numbers (means over members; one fingerprint that covers them all)."""
+    rows = [{"member": m.index, "seed": m.seed, **m.values, **member_rows[m.index]}
+            for m in members(config)]
+    digest = hashlib.sha256(b"".join(bytes.fromhex(r["param_fingerprint"]) for r in rows))
+    evals = aggregate([r["eval_return"] for r in rows], config.solved_return)
+    finals = aggregate([r["final_return"] for r in rows])
+    return {
+        "members": rows,
+        "population": {"size": len(rows), "layout": layout, "eval_return": evals,
+                       "final_return": finals},
+        "final_return": finals.get("mean"), "eval_return": evals.get("mean"),
+        "eval_return_std": None, "best_return": None,
+        "param_norm": float(np.sqrt(sum(r["param_norm"] ** 2 for r in rows))),
+        "param_fingerprint": digest.hexdigest()}

@@ -35,6 +35,20 @@ def aggregate(metrics: dict[str, np.ndarray]) -> dict[str, float | None]:
     return row
 
 
+def member_rows(head: dict[str, Any], metrics: dict[str, np.ndarray], members: int | None,
+                result: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """metrics.jsonl rows of one call: one per member (``members`` = None for a single run),
+    each with the evaluation made right after the call, if any."""
+    rows = []
+    for m in range(members or 1):
+        mine = {k: v[m] for k, v in metrics.items()} if members else metrics
+        row = {**head, **({"member": m} if members else {}), **aggregate(mine)}
+        if result is not None:
+            row.update({f"eval/{k}": float(np.atleast_1d(v)[m]) for k, v in result.items()})
+        rows.append(row)
+    return rows
+
+
 def _clean(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return None  # JSON has no NaN/inf

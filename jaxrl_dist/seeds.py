@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_dist import config as config_lib
+from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist import sharding
 from jaxrl_dist.config import Config
 from jaxrl_dist.envs import make_env
@@ -33,7 +34,7 @@ def train_seeds(config: Config, seeds: Sequence[int], *, env: Any = None,
     ``config.eval_episodes`` episodes per seed). ``config.population`` is ignored.
     """
     layout = sharding.make_layout([device or jax.devices()[0]], members=len(seeds))
-    sizes = config_lib.derive_sizes(config, 1)
+    sizes = sizes_lib.derive_sizes(config, 1)
     spec = make_env(config.env if env is None else env)
     programs = make_programs(config, sizes, spec, layout)
     evaluate = make_eval_program(config, spec, programs.nets, layout)

@@ -10,7 +10,6 @@ without the member dimension.
 
 from __future__ import annotations
 
-import hashlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -22,9 +21,12 @@ import numpy as np
 
 import jaxrl_dist
 from jaxrl_dist import config as config_lib
-from jaxrl_dist import distributed, integrity, population, reporting, sharding
+from jaxrl_dist import sizes as sizes_lib
+from jaxrl_dist import compile_cache, distributed, integrity, population, reporting, rundir
+from jaxrl_dist import sharding
 from jaxrl_dist.checkpoint import CheckpointError, Checkpointer, check_compatible
-from jaxrl_dist.config import Config, ConfigError, Sizes
+from jaxrl_dist.config import Config, ConfigError
+from jaxrl_dist.sizes import Sizes
 from jaxrl_dist.envs import make_env
 from jaxrl_dist.errors import RunError
 from jaxrl_dist.evaluate import make_eval_program
@@ -32,24 +34,6 @@ from jaxrl_dist.hooks import Hook, HookTable
 from jaxrl_dist.update import Programs, make_programs
 
 param_stats = integrity.param_stats
-
-
-def default_run_dir(config: Config) -> Path:
-    stamp = int(distributed.broadcast(np.int32(int(time.time()))))
-    when = time.strftime("%Y%m%d-%H%M%S", time.localtime(stamp))
-    who = (f"pop{len(population.members(config))}" if config.population.enabled
-           else f"seed{config.seed}")
-    return Path("runs") / f"{config.env}-{who}-{when}"
-
-
-def prepare_run_dir(run_dir: Path) -> None:
-    """A fresh run never writes into a directory that already holds a run."""
-    if run_dir.exists() and not run_dir.is_dir():
-        raise RunError(f"--run-dir {run_dir} exists and is not a directory")
-    if run_dir.is_dir() and any((run_dir / name).exists()
-                                for name in ("metrics.jsonl", "summary.json", "checkpoints")):
-        raise RunError(f"run directory {run_dir} already holds a run; pass --resume to continue "
-                       f"it or choose another --run-dir")
 
 
 @dataclass
@@ -78,6 +62,7 @@ class Run:
     solved_at: int | None = None
     loop_time: float = 0.0
     hooks: str = ""   # the periodic work as it ran, e.g. "checkpoint every 812 updates"
+    cache: dict[str, Any] = field(default_factory=dict)   # compile cache dir, hits, misses
 
     def meta(self) -> dict[str, Any]:
         return {"updates": self.updates_done,
@@ -103,10 +88,14 @@ def train(
     ``resume`` continues the run in ``run_dir`` from its latest complete checkpoint.
     """
     start = time.perf_counter()
+    cache_dir = compile_cache.enable(config.compile_cache)   # before anything compiles
     distributed.initialize()
     restore_signals = distributed.install_worker_hooks()
     try:
+        before = compile_cache.counts()
         run = setup(config, run_dir, resume, env, env_params, devices, progress, start)
+        run.cache = {"dir": str(cache_dir) if cache_dir else None,
+                     **{k: v - before[k] for k, v in compile_cache.counts().items()}}
         loop(run)
         return summarize(run)
     finally:
@@ -121,18 +110,18 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
     members = population.members(config) if pop.enabled else None
     layout = sharding.make_layout(devices, len(members) if members else None,
                                   pop.member_devices)
-    sizes = config_lib.derive_sizes(config, layout.data_size)
+    sizes = sizes_lib.derive_sizes(config, layout.data_size)
     spec = make_env(config.env if env is None else env, env_params)
     integrity.check_processes_agree(config)
     if resume and run_dir is None:
         raise RunError("--resume needs the --run-dir of the run to continue")
-    run_dir = Path(run_dir) if run_dir is not None else default_run_dir(config)
+    run_dir = Path(run_dir) if run_dir is not None else rundir.default_run_dir(config)
     ckpt_dir = run_dir / "checkpoints"
     if resume and not ckpt_dir.is_dir():
         raise RunError(f"no checkpoints to resume in {run_dir} (expected {ckpt_dir}); "
                        f"run without --resume to start a new run")
     if not resume and distributed.is_main_process():
-        prepare_run_dir(run_dir)
+        rundir.prepare_run_dir(run_dir)
     distributed.barrier("run_dir_checked")
 
     programs = make_programs(config, sizes, spec, layout)
@@ -285,18 +274,10 @@ def loop(run: Run) -> None:
 
 def _log(run: Run, metrics: Any, updates: int, sps: float, result: dict | None) -> None:
     """One row per member: metrics of one call (and an evaluation made right after it)."""
-    host = run.layout.to_host(metrics)
-    count = run.layout.members or 1
-    head = {"env_steps": updates * run.sizes.batch_size, "updates": updates, "sps": sps * count,
-            "time_s": time.perf_counter() - run.start}
-    rows = []
-    for m in range(count):
-        mine = jax.tree.map(lambda x, m=m: x[m], host) if run.layout.members else host
-        row = {**head, **({"member": m} if run.layout.members else {}),
-               **reporting.aggregate(mine)}
-        if result is not None:
-            row.update({f"eval/{k}": float(np.atleast_1d(v)[m]) for k, v in result.items()})
-        rows.append(row)
+    head = {"env_steps": updates * run.sizes.batch_size, "updates": updates,
+            "sps": sps * (run.layout.members or 1), "time_s": time.perf_counter() - run.start}
+    rows = reporting.member_rows(head, run.layout.to_host(metrics), run.layout.members, result)
+    for row in rows:
         run.reporter.log(row)
     run.rows.extend(rows)
     run.reporter.advance(head["env_steps"], reporting.postfix(rows))
@@ -333,28 +314,14 @@ def summarize(run: Run) -> dict[str, Any]:
         **member_row(0),
         "eval_episodes": c.eval_episodes, "solved_return": c.solved_return,
         "solved_at_env_steps": run.solved_at * sizes.batch_size if run.solved_at else None,
-        "periodic": run.hooks,
+        "periodic": run.hooks, "compile_cache": run.cache,
         "num_devices": layout.mesh.size, "num_processes": distributed.process_count(),
         "jax_version": jax.__version__, "jaxrl_dist_version": jaxrl_dist.__version__,
         "run_dir": str(run.run_dir),
     }
     if layout.members:
-        rows = [{"member": m.index, "seed": m.seed, **m.values, **member_row(m.index)}
-                for m in population.members(c)]
-        digest = hashlib.sha256(b"".join(bytes.fromhex(r["param_fingerprint"]) for r in rows))
-        summary.update({
-            "members": rows,
-            "population": {
-                "size": count, "layout": layout.describe(),
-                "eval_return": population.aggregate([r["eval_return"] for r in rows],
-                                                    c.solved_return),
-                "final_return": population.aggregate([r["final_return"] for r in rows])},
-            # population-level numbers: the mean over members; the fingerprint covers them all
-            "final_return": population.aggregate([r["final_return"] for r in rows]).get("mean"),
-            "eval_return": population.aggregate([r["eval_return"] for r in rows]).get("mean"),
-            "eval_return_std": None, "best_return": None,
-            "param_norm": float(np.sqrt(sum(r["param_norm"] ** 2 for r in rows))),
-            "param_fingerprint": digest.hexdigest()})
+        summary.update(population.summarize(
+            c, [member_row(m) for m in range(count)], layout.describe()))
     run.reporter.finish(summary)
     return summary
 

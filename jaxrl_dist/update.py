@@ -29,45 +29,14 @@ from jax.sharding import Mesh
 
 from jaxrl_dist import envs as envs_lib
 from jaxrl_dist import losses, rollout
-from jaxrl_dist.config import Config, Sizes
+from jaxrl_dist.config import Config
+from jaxrl_dist.sizes import Sizes
 from jaxrl_dist.envs import EnvSpec
 from jaxrl_dist.networks import Networks, make_networks
+from jaxrl_dist.optimizer import hyperparameters, make_optimizer
 from jaxrl_dist.population import hparam_name
-from jaxrl_dist.sharding import DATA_AXIS, REPLICATED, Layout
+from jaxrl_dist.sharding import DATA_AXIS, Layout
 from jaxrl_dist.types import RunState, TrainState
-
-
-def hyperparameters(config: Config, swept: dict[str, jax.Array] | None = None) -> dict[str, Any]:
-    """The update's scalar hyperparameters: the config's values (Python floats, constants of
-    the program), overridden by a population's swept values (arrays in the train state)."""
-    p = config.ppo
-    values = {name: getattr(p, name) for name in ("learning_rate", "ent_coef", "clip_eps", "gamma",
-                                                  "gae_lambda", "vf_coef", "max_grad_norm")}
-    return {**values, **(swept or {})}
-
-
-def make_optimizer(config: Config, sizes: Sizes, hp: dict[str, Any] | None = None
-                   ) -> tuple[optax.GradientTransformation, Callable[[jax.Array], jax.Array]]:
-    """Adam with global-norm clipping; returns (optimizer, lr schedule over SGD steps).
-    Built inside the program when ``hp`` holds a member's swept (traced) values."""
-    p = config.ppo
-    hp = hyperparameters(config, hp)
-    if p.anneal_lr:
-        schedule = optax.linear_schedule(
-            hp["learning_rate"], 0.0,
-            transition_steps=sizes.num_updates * p.update_epochs * p.num_minibatches)
-    else:
-        schedule = optax.constant_schedule(hp["learning_rate"])
-    # Actor and critic each get their own clip + Adam. With ONE global norm over both, the
-    # critic's gradient (value targets ~1/(1-gamma)) dominates the norm, clipping shrinks the
-    # actor's gradient below Adam's eps and the policy stops learning (seen on CartPole).
-    def network(tree):
-        return {name: name for name in tree}
-
-    per_network = optax.flatten(optax.chain(optax.clip_by_global_norm(hp["max_grad_norm"]),
-                                            optax.adam(schedule, eps=p.adam_eps)))
-    optimizer = optax.multi_transform({"actor": per_network, "critic": per_network}, network)
-    return optimizer, schedule
 
 
 def advantage_sums(advantage: jax.Array) -> jax.Array:

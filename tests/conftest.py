@@ -1,11 +1,14 @@
 """Test setup: 4 CPU devices in this process (set before jax is imported anywhere)."""
 
 import os
+import tempfile
 
 os.environ["XLA_FLAGS"] = (
     "--xla_force_host_platform_device_count=4 "
     "--xla_cpu_enable_concurrency_optimized_scheduler=false")
 os.environ["JAX_PLATFORMS"] = "cpu"
+# One compilation cache for the whole suite (subprocesses inherit it), never the user's own.
+os.environ["JAXRL_DIST_CACHE"] = tempfile.mkdtemp(prefix="jaxrl_dist_test_xla_cache_")
 
 import pytest  # noqa: E402
 

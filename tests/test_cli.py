@@ -108,10 +108,11 @@ def test_help_config_lists_every_key(capsys):
 @pytest.mark.parametrize("path", sorted(__import__("glob").glob("configs/*.yaml")))
 def test_shipped_configs_are_valid_and_documented(path):
     from jaxrl_dist import config as config_lib
+    from jaxrl_dist import sizes as sizes_lib
     from jaxrl_dist.envs import make_env
 
     cfg = config_lib.load(path)
-    config_lib.derive_sizes(cfg, 1)
+    sizes_lib.derive_sizes(cfg, 1)
     make_env(cfg.env)
     text = open(path).read()
     assert "Expected:" in " ".join(text.splitlines()[:2])

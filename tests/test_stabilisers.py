@@ -10,6 +10,7 @@ import numpy as np
 
 from conftest import TINY
 from jaxrl_dist import config as config_lib
+from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist import losses, sharding, update
 from jaxrl_dist.envs import make_env
 
@@ -17,7 +18,7 @@ from jaxrl_dist.envs import make_env
 def _train(overrides, num_devices):
     config = config_lib.from_dict({**TINY, "ppo": {**TINY["ppo"], **overrides}})
     mesh = sharding.make_mesh(jax.devices()[:num_devices])
-    sizes = config_lib.derive_sizes(config, num_devices)
+    sizes = sizes_lib.derive_sizes(config, num_devices)
     programs = update.make_programs(config, sizes, make_env(config.env), mesh)
     state = programs.init(jax.random.PRNGKey(config.seed))
     rows = []

@@ -8,6 +8,8 @@ import pytest
 
 from conftest import TINY
 from jaxrl_dist import config as config_lib
+from jaxrl_dist import optimizer as optimizer_lib
+from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist import losses, sharding, update
 from jaxrl_dist.envs import make_env
 from jaxrl_dist.networks import make_networks
@@ -30,7 +32,7 @@ def setup():
     config = config_lib.from_dict({**TINY, "ppo": {**TINY["ppo"], "vf_clip_eps": 0.3}})
     spec = make_env("CartPole-v1")
     nets = make_networks(config.network, spec)
-    optimizer, _ = update.make_optimizer(config, config_lib.derive_sizes(config, 1))
+    optimizer, _ = optimizer_lib.make_optimizer(config, sizes_lib.derive_sizes(config, 1))
     params = nets.init(jax.random.PRNGKey(0))
     return config, spec, nets, optimizer, params
 
@@ -105,7 +107,7 @@ def test_grad_of_local_loss_is_the_device_sum_the_trap(setup):
 
 def _train_params(config, num_devices):
     mesh = sharding.make_mesh(jax.devices()[:num_devices])
-    sizes = config_lib.derive_sizes(config, num_devices)
+    sizes = sizes_lib.derive_sizes(config, num_devices)
     programs = update.make_programs(config, sizes, make_env(config.env), mesh)
     state = programs.init(jax.random.PRNGKey(config.seed))
     metrics = None
@@ -116,7 +118,7 @@ def _train_params(config, num_devices):
 
 def test_same_parameters_on_1_2_4_devices(tiny_config):
     """Topology invariance: same config + seed -> same params after 6 updates."""
-    assert config_lib.derive_sizes(tiny_config, 1).num_updates >= 5
+    assert sizes_lib.derive_sizes(tiny_config, 1).num_updates >= 5
     results = {n: _train_params(tiny_config, n) for n in (1, 2, 4)}
     ref_params, ref_metrics, _ = results[1]
     for n in (2, 4):

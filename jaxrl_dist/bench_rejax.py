@@ -1,0 +1,88 @@
+"""bench rejax: rejax's PPO and ours alternately, same task, hyperparameters and budget.
+
+rejax runs in its own virtual environment (.bench/rejax, created on first use: it needs gymnax
+0.0.9), never as a dependency of ours. Ours runs with the shipped defaults (time-based
+checkpoints and replica checks ON) unless --set says otherwise.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+from jaxrl_dist.bench import CARTPOLE, _fmt, run_command, stats, train_cmd
+
+REJAX_VENV = Path(".bench/rejax")
+
+
+REJAX_SCRIPT = textwrap.dedent("""
+    import json, sys, time
+    t0 = time.perf_counter()
+    import jax
+    from rejax import PPO
+    algo = PPO.create(env="CartPole-v1", num_envs=4, num_steps=128, num_epochs=4,
+                      num_minibatches=4, total_timesteps=int(sys.argv[1]), learning_rate=2.5e-4,
+                      max_grad_norm=0.5, gamma=0.99, gae_lambda=0.95, clip_eps=0.2,
+                      ent_coef=0.01, vf_coef=0.5, eval_freq=int(sys.argv[1]),
+                      skip_initial_evaluation=True,
+                      agent_kwargs={"hidden_layer_sizes": (64, 64), "activation": "tanh"})
+    train = jax.jit(algo.train)
+    t = time.perf_counter()
+    compiled = train.lower(jax.random.PRNGKey(0)).compile()
+    compile_s = time.perf_counter() - t
+    t = time.perf_counter()
+    ts, (lengths, returns) = compiled(jax.random.PRNGKey(0))
+    jax.block_until_ready(ts)
+    run_s = time.perf_counter() - t
+    print(json.dumps({"rank": 0, "sps": int(sys.argv[1]) / run_s, "compile_time_s": compile_s,
+                      "status": "completed", "final_return": float(returns[-1].mean()),
+                      "wall_s": time.perf_counter() - t0}))
+""")
+
+
+def ensure_rejax() -> Path:
+    python = REJAX_VENV / "bin" / "python"
+    if not python.exists():
+        subprocess.run([sys.executable, "-m", "venv", str(REJAX_VENV)], check=True)
+        # rejax needs gymnax 0.0.9 (it breaks with gymnax 1.x), so it never shares our venv
+        subprocess.run([str(python), "-m", "pip", "install", "-q", "rejax", "gymnax==0.0.9"],
+                       check=True)
+    return python
+
+
+def bench_rejax(args) -> tuple[list[dict], str]:
+    python = ensure_rejax()
+    # the shipped config as a user runs it: time-based checkpoints and replica checks stay ON
+    ours_sets = [f"total_timesteps={args.steps}", *args.set]
+    script = Path(tempfile.mkdtemp()) / "rejax_ppo.py"
+    script.write_text(REJAX_SCRIPT)
+    results = {"ours": [], "rejax": []}
+    for i in range(args.repeats):  # alternate so drift hits both equally
+        with tempfile.TemporaryDirectory() as tmp:
+            ours = run_command(train_cmd(Path(tmp) / "run", 1, CARTPOLE, ours_sets))
+        theirs = run_command([str(python), str(script), str(args.steps)],
+                             XLA_FLAGS="--xla_cpu_enable_concurrency_optimized_scheduler=false")
+        for name, out in (("ours", ours), ("rejax", theirs)):
+            results[name].append({"sps": out["summary"]["sps"],
+                                  "compile_time_s": out["summary"]["compile_time_s"],
+                                  "wall_s": out["wall_s"],
+                                  "final_return": out["summary"]["final_return"]})
+        print(f"  [{i + 1}/{args.repeats}] ours {ours['summary']['sps']:,.0f} sps, rejax "
+              f"{theirs['summary']['sps']:,.0f} sps", file=sys.stderr, flush=True)
+    rows = []
+    md = ["| trainer | steady SPS, median (min–max) | compile s | wall s | final return |",
+          "|---|---|---|---|---|"]
+    for name in ("ours", "rejax"):
+        r = {"label": name, **{k: stats([x[k] for x in results[name]])
+                               for k in ("sps", "compile_time_s", "wall_s")},
+             "final_return": [x["final_return"] for x in results[name]]}
+        rows.append(r)
+        md.append(f"| {name} | {_fmt(r['sps'])} | {_fmt(r['compile_time_s'], 1)} | "
+                  f"{_fmt(r['wall_s'], 1)} | "
+                  f"{', '.join(f'{v:.0f}' for v in r['final_return'])} |")
+    ratio = rows[0]["sps"]["median"] / rows[1]["sps"]["median"]
+    md.append(f"\nRatio of median steady SPS (ours / rejax): **{ratio:.2f}x**")
+    return rows, "\n".join(md)

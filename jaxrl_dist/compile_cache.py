@@ -1,0 +1,65 @@
+"""A persistent XLA compilation cache, so a run's programs are compiled once per machine.
+
+JAX keys each compiled program by its HLO, compile options, XLA flags, backend and devices, so a
+hit is exactly the program a fresh compile would give (results stay bitwise the same). Process 0
+writes entries and every process reads them, so the processes of a job on one host (or on hosts
+sharing a filesystem) compile each program once. The directory is fixed by the first compile in
+a process, so it is set before anything is compiled.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import jax
+
+from jaxrl_dist.errors import ConfigError
+
+_EVENTS = {"/jax/compilation_cache/cache_hits": "hits",
+           "/jax/compilation_cache/cache_misses": "misses"}
+_counts = {"hits": 0, "misses": 0}
+_listening = False
+
+
+def default_dir() -> Path:
+    if os.environ.get("JAXRL_DIST_CACHE"):
+        return Path(os.environ["JAXRL_DIST_CACHE"]).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "jaxrl_dist" / "xla"
+
+
+def _count(event: str, **_: object) -> None:
+    if event in _EVENTS:
+        _counts[_EVENTS[event]] += 1
+
+
+def enable(setting: str | None) -> Path | None:
+    """Point JAX at the cache (``setting``: a directory, 'auto' or None = off); returns the
+    directory in use. The first directory set in a process stays (JAX reads it once), and one
+    the user gave JAX directly (JAX_COMPILATION_CACHE_DIR) wins over ours."""
+    global _listening
+    if not _listening:
+        jax.monitoring.register_event_listener(_count)
+        _listening = True
+    current = jax.config.jax_compilation_cache_dir
+    if setting is None:
+        return Path(current) if current else None
+    path = default_dir() if setting == "auto" else Path(setting).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConfigError(f"compile_cache: cannot create {path} ({e.strerror}); pass a "
+                          f"writable directory or --set compile_cache=null") from None
+    if current:
+        return Path(current)
+    jax.config.update("jax_compilation_cache_dir", str(path))
+    # cache every program of a run (the default skips those compiled in under a second)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
+    return path
+
+
+def counts() -> dict[str, int]:
+    """Persistent-cache hits and misses of this process so far."""
+    return dict(_counts)

@@ -1,0 +1,58 @@
+"""Per-device sizes of a run, derived once the device count is known.
+
+The config holds GLOBAL sizes only, so one file describes a run on a CPU or on a pod; this is
+where they meet the mesh. Computed after a restore, so a resumed run may change
+``updates_per_call``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jaxrl_dist.config import Config
+from jaxrl_dist.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """Sizes derived from the config and the device count (global unless named ``local_``)."""
+
+    num_devices: int
+    local_envs: int            # environments per device
+    batch_size: int            # env steps per update, global
+    num_updates: int
+    steps_per_minibatch: int   # time steps of every environment in one minibatch
+    updates_per_call: int      # what one compiled call runs (see choose_updates_per_call)
+
+
+def derive_sizes(config: Config, num_devices: int) -> Sizes:
+    """Per-device sizes; errors name the key and the values that would work."""
+    c = config
+    if c.num_envs % num_devices:
+        ok = [k * num_devices for k in range(1, 4)]
+        raise ConfigError(f"num_envs ({c.num_envs}) must be divisible by the number of devices "
+                          f"({num_devices}); e.g. num_envs={ok[0]}, {ok[1]} or {ok[2]}")
+    if c.eval_episodes % num_devices:
+        raise ConfigError(f"eval_episodes ({c.eval_episodes}) must be divisible by the number of "
+                          f"devices ({num_devices}): the final evaluation spreads them evenly")
+    batch = c.num_envs * c.num_steps
+    num_updates = c.total_timesteps // batch
+    return Sizes(
+        num_devices=num_devices,
+        local_envs=c.num_envs // num_devices,
+        batch_size=batch,
+        num_updates=num_updates,
+        steps_per_minibatch=c.num_steps // c.ppo.num_minibatches,
+        updates_per_call=choose_updates_per_call(num_updates, c.updates_per_call),
+    )
+
+
+def choose_updates_per_call(num_updates: int, wanted: int) -> int:
+    """The largest divisor of ``num_updates`` in [wanted/2, wanted], so ONE compiled program
+    runs the whole run (a remainder call would cost a second compile); ``wanted`` if none.
+    A function of the whole run only, so a resumed run groups updates the same way."""
+    wanted = min(wanted, num_updates)
+    for k in range(wanted, (wanted + 1) // 2 - 1, -1):
+        if num_updates % k == 0:
+            return k
+    return wanted
