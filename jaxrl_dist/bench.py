@@ -13,6 +13,7 @@ Measures what docs/benchmarks.md reports, by running the real command lines as s
   collectives latency of one cross-process all-reduce (gloo, 2 processes, pinned/unpinned)
   learning    final returns of ours and rejax on N seeds each (bench_learning.py)
   population  N seeds in one command vs rejax vmapped vs N sequential runs (bench_population.py)
+  periodic    what checkpoints and replica checks cost the loop at the defaults (bench_periodic.py)
 
 Every measurement is repeated (--repeats) and reported as min / median / max; results go to
 OUT/NAME.json and OUT/NAME.md. Nothing here is used by training.
@@ -241,7 +242,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m jaxrl_dist.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["throughput", "scaling", "solve", "rejax", "results",
-                                         "collectives", "learning", "population"])
+                                         "collectives", "learning", "population",
+                                         "periodic"])
     parser.add_argument("--config", default=CARTPOLE)
     parser.add_argument("--configs", nargs="+", default=list(RESULT_TARGETS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -268,13 +270,14 @@ def main(argv: list[str] | None = None) -> int:
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     from jaxrl_dist.bench_collectives import bench_collectives
     from jaxrl_dist.bench_learning import bench_learning
+    from jaxrl_dist.bench_periodic import bench_periodic
     from jaxrl_dist.bench_population import bench_population
     from jaxrl_dist.bench_rejax import bench_rejax
 
     fn = {"throughput": bench_throughput, "scaling": bench_scaling, "solve": bench_solve,
           "rejax": bench_rejax, "results": bench_results,
           "collectives": bench_collectives, "learning": bench_learning,
-          "population": bench_population}[args.what]
+          "population": bench_population, "periodic": bench_periodic}[args.what]
     rows, table = fn(args)
     args.out.mkdir(parents=True, exist_ok=True)
     record = {"what": args.what, "started": started, "machine": machine(),
