@@ -95,7 +95,6 @@ def aggregate(values: Any, threshold: float | None = None) -> dict[str, Any]:
     return out
 
 
-
 def summarize(config: Config, member_rows: list[dict[str, Any]], layout: str) -> dict[str, Any]:
     """summary.json fields of a population: a ``members`` list, aggregates over members, and
     population-level numbers (means over members; one fingerprint that covers them all)."""

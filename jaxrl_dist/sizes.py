@@ -1,8 +1,8 @@
 """Per-device sizes of a run, derived once the device count is known.
 
 The config holds GLOBAL sizes only, so one file describes a run on a CPU or on a pod; this is
-where they meet the mesh. Computed after a restore, so a resumed run may change
-``updates_per_call``.
+where they meet the mesh. A resumed run plans its remaining calls from these sizes and the
+restored update count, so it may change ``updates_per_call``.
 """
 
 from __future__ import annotations

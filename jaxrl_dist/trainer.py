@@ -20,10 +20,10 @@ import jax
 import numpy as np
 
 import jaxrl_dist
-from jaxrl_dist import config as config_lib
-from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist import compile_cache, distributed, integrity, population, reporting, rundir
+from jaxrl_dist import config as config_lib
 from jaxrl_dist import sharding
+from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist.checkpoint import CheckpointError, Checkpointer, check_compatible
 from jaxrl_dist.config import Config, ConfigError
 from jaxrl_dist.sizes import Sizes
