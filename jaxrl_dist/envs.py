@@ -9,6 +9,9 @@ from __future__ import annotations
 
 from jaxrl_dist.errors import UserError
 
+import importlib
+import sys
+import types
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -36,9 +39,38 @@ class EnvSpec:
     action_high: np.ndarray | None = None
 
 
+class _ImportedOnUse(types.ModuleType):
+    """Stands in for a module in ``sys.modules`` and imports the real one at its first
+    attribute access, then forwards every access to it."""
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self.__spec__ = None   # what the import system checks; must not trigger the import
+
+    def __getattr__(self, attr: str) -> Any:
+        real = self.__dict__.get("_real")
+        if real is None:
+            if sys.modules.get(self.__name__) is self:
+                del sys.modules[self.__name__]
+            real = self.__dict__["_real"] = importlib.import_module(self.__name__)
+        return getattr(real, attr)
+
+
+def _import_gymnax() -> Any:
+    """gymnax imports seaborn and matplotlib.pyplot at module level, for its render functions
+    only: about 2.5 s and several hundred MB in every process (scipy, pandas). They are
+    imported when first used instead; gymnax is unchanged."""
+    if "gymnax" not in sys.modules:
+        for name in ("seaborn", "matplotlib.pyplot"):
+            if name not in sys.modules:
+                sys.modules[name] = _ImportedOnUse(name)
+    import gymnax
+    return gymnax
+
+
 def make_env(env: Any, env_params: Any = None) -> EnvSpec:
     """An :class:`EnvSpec` from a gymnax id or a user's gymnax-style environment object."""
-    import gymnax  # imported late: gymnax imports take a second
+    gymnax = _import_gymnax()  # imported late: gymnax imports take a second
 
     if isinstance(env, str):
         if env not in gymnax.registered_envs:

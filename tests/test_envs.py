@@ -74,3 +74,29 @@ def test_wrapped_env_is_stepped_through_its_own_step():
     keys = envs.step_keys(jax.random.split(jax.random.PRNGKey(1), 2))
     _, out = envs.step(spec, keys, slots, jnp.zeros(2, jnp.int32))
     np.testing.assert_array_equal(out.reward, [2.0, 2.0])
+
+
+DEFERRED_IMPORTS = """
+import sys
+from jaxrl_dist.envs import make_env
+spec = make_env("SpaceInvaders-MinAtar")
+assert type(sys.modules["seaborn"]).__name__ == "_ImportedOnUse", sys.modules["seaborn"]
+assert "pandas" not in sys.modules and "scipy.stats" not in sys.modules
+import seaborn, matplotlib.pyplot as plt
+assert len(seaborn.color_palette("cubehelix", 3)) == 3   # the real seaborn, imported on use
+assert type(sys.modules["seaborn"]).__name__ == "module" and "pandas" in sys.modules
+plt.figure()
+print("ok")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_gymnax_render_libraries_are_imported_on_first_use():
+    """gymnax imports seaborn/matplotlib for rendering only; we defer them (seconds per
+    process), and they still work when used."""
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", DEFERRED_IMPORTS], capture_output=True,
+                         text=True, timeout=100, env={**__import__("os").environ,
+                                                      "MPLBACKEND": "Agg"})
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
