@@ -2,11 +2,15 @@
 
 import os
 import tempfile
+from pathlib import Path
 
 os.environ["XLA_FLAGS"] = (
     "--xla_force_host_platform_device_count=4 "
     "--xla_cpu_enable_concurrency_optimized_scheduler=false")
 os.environ["JAX_PLATFORMS"] = "cpu"
+# Tests name shipped files by repo-relative paths (configs/...): run from the repo root whatever
+# directory pytest was started in.
+os.chdir(Path(__file__).resolve().parent.parent)
 # One compilation cache for the whole suite (subprocesses inherit it), never the user's own.
 os.environ["JAXRL_DIST_CACHE"] = tempfile.mkdtemp(prefix="jaxrl_dist_test_xla_cache_")
 

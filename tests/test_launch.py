@@ -91,6 +91,7 @@ def start_training(run: Path, args: list[str]) -> subprocess.Popen:
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.slow
 def test_two_processes_match_one_process_four_devices(tmp_path):
     run = tmp_path / "mp"
     proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "2", CFG, *TINY,
@@ -121,6 +122,7 @@ def test_two_processes_match_one_process_four_devices(tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_two_launchers_as_two_nodes(tmp_path):
     port = launch.pick_free_port()
     run = tmp_path / "run"
@@ -145,6 +147,7 @@ def test_two_launchers_as_two_nodes(tmp_path):
 
 @pytest.mark.timeout(200)
 @pytest.mark.parametrize("victim", [1, 0])
+@pytest.mark.slow
 def test_kill_9_a_rank_tears_down_the_job(tmp_path, victim):
     run = tmp_path / "run"
     launcher = start_training(run, LONG)
@@ -164,6 +167,7 @@ def test_kill_9_a_rank_tears_down_the_job(tmp_path, victim):
 
 
 @pytest.mark.timeout(200)
+@pytest.mark.slow
 def test_exception_shows_traceback_and_exit_code_1(tmp_path):
     run = tmp_path / "run"
     start = time.monotonic()
@@ -177,6 +181,7 @@ def test_exception_shows_traceback_and_exit_code_1(tmp_path):
 
 
 @pytest.mark.timeout(200)
+@pytest.mark.slow
 def test_stuck_worker_is_detected_and_its_stacks_dumped(tmp_path):
     run = tmp_path / "run"
     proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "2",
@@ -276,6 +281,7 @@ def test_dry_run_prints_every_worker_and_starts_nothing(tmp_path, capsys):
 
 
 @pytest.mark.timeout(200)
+@pytest.mark.slow
 def test_nodes_that_disagree_on_the_job_size_fail_fast(tmp_path):
     """Node 1 thinks the job has 4 processes, node 0 thinks 2: JAX's coordinator rejects the
     extra task; both launchers fail (no hang) and name the failing rank."""

@@ -12,6 +12,7 @@ from jaxrl_dist.envs import make_env
 from jaxrl_dist.seeds import train_seeds
 
 
+@pytest.mark.slow
 def test_each_seed_of_the_vmapped_program_equals_its_single_run():
     config = config_lib.from_dict(TINY)
     result = train_seeds(config, [3, 11])

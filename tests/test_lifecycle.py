@@ -84,6 +84,7 @@ def test_exact_resume_after_kill_9(reference, tmp_path):
     assert f"resuming at {meta['updates']}" in proc.stderr
 
 
+@pytest.mark.slow
 def test_resume_on_another_topology(reference, tmp_path):
     ref_run, ref = reference
     run = tmp_path / "run"
@@ -229,6 +230,7 @@ def mp_reference(tmp_path_factory):
     return run, summaries(run / "logs")
 
 
+@pytest.mark.slow
 def test_eval_metrics_identical_on_every_process(mp_reference):
     _, ranks = mp_reference
     assert ranks[0]["eval_return"] is not None
@@ -237,6 +239,7 @@ def test_eval_metrics_identical_on_every_process(mp_reference):
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.slow
 def test_max_restarts_recovers_from_an_injected_failure(mp_reference, tmp_path):
     _, ref = mp_reference
     run = tmp_path / "run"
@@ -253,6 +256,7 @@ def test_max_restarts_recovers_from_an_injected_failure(mp_reference, tmp_path):
 
 
 @pytest.mark.timeout(400)
+@pytest.mark.slow
 def test_sigterm_saves_at_an_agreed_update_and_resumes(mp_reference, tmp_path):
     run = tmp_path / "run"
     launcher = start_training(run, LONGER)

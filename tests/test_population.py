@@ -45,6 +45,7 @@ def singles(tmp_path_factory):
 
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("devices", [1, 2])
+@pytest.mark.slow
 def test_member_k_is_the_single_run_and_has_its_own_rate(singles, devices, tmp_path):
     config = config_lib.from_dict(POP)
     summary = train(config, tmp_path / "run", devices=jax.devices()[:devices], progress=False)
@@ -122,6 +123,7 @@ def reference(tmp_path_factory):
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.slow
 def test_population_resumes_exactly_after_kill_9(reference, tmp_path):
     run = tmp_path / "run"
     proc, _ = train_cli(run, args=POP_ARGS, JAXRL_FAULT="kill@0:12")
@@ -133,6 +135,7 @@ def test_population_resumes_exactly_after_kill_9(reference, tmp_path):
 
 
 @pytest.mark.timeout(600)
+@pytest.mark.slow
 def test_population_through_the_launcher_equals_one_process(reference, tmp_path):
     run = tmp_path / "run"
     proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "1",

@@ -89,6 +89,7 @@ def test_tpu_recipe_runs_the_auto_launcher_on_every_worker(tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_two_hosts_recipe_runs_on_localhost(tmp_path):
     # "ssh HOST CMD" runs CMD here; both "hosts" are this machine (127.0.0.1).
     _fake_bin(tmp_path, "ssh", 'shift; exec bash -c "$*"\n')
@@ -106,6 +107,7 @@ def test_two_hosts_recipe_runs_on_localhost(tmp_path):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 def test_auto_discovery_under_slurm_variables(tmp_path):
     """`launch --auto` lets jax.distributed.initialize() read SLURM's variables (as under
     `srun --ntasks=2`); here two such tasks run on localhost."""

@@ -116,6 +116,7 @@ def _train_params(config, num_devices):
     return sharding.to_host(state.train.params), sharding.to_host(metrics), state
 
 
+@pytest.mark.slow
 def test_same_parameters_on_1_2_4_devices(tiny_config):
     """Topology invariance: same config + seed -> same params after 6 updates."""
     assert sizes_lib.derive_sizes(tiny_config, 1).num_updates >= 5
