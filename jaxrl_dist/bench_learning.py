@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from jaxrl_dist.bench_rejax import REJAX_PYTHON, REJAX_SETUP
 from jaxrl_dist.population import bootstrap_ci, iqm
 
 # name -> (config, solved threshold, gymnax-blines reference return or None)
@@ -32,7 +33,6 @@ TASKS = {
     "acrobot": ("configs/acrobot.yaml", -100.0, -80.0),
     "pendulum": ("configs/pendulum.yaml", -300.0, -130.0),
 }
-REJAX_PYTHON = Path(".bench/rejax/bin/python")
 PUREJAXRL_PYTHON = Path(".bench/purejaxrl/bin/python")
 PUREJAXRL_SRC = Path(".bench/purejaxrl_src")
 PUREJAXRL_COMMIT = "31756b197773a52db763fdbe6d635e4b46522a73"
@@ -113,9 +113,7 @@ def run_trainer(trainer: str, config_path: str, config, seeds: list[int], args) 
                "--hparams", json.dumps(hparams(config)), "--src", str(PUREJAXRL_SRC)]
     else:
         if not REJAX_PYTHON.exists():
-            raise RuntimeError(f"rejax venv missing ({REJAX_PYTHON}): python3.11 -m venv "
-                               f".bench/rejax && .bench/rejax/bin/pip install rejax==0.1.3 "
-                               f"gymnax==0.0.9")
+            raise RuntimeError(f"rejax venv missing ({REJAX_PYTHON}): {REJAX_SETUP}")
         cmd = [str(REJAX_PYTHON), str(PEERS / "rejax_runner.py"), "--env", config.env,
                "--seeds", seed_arg, "--total-timesteps", str(config.total_timesteps),
                "--hparams", json.dumps(hparams(config))]

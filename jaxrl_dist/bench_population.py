@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from jaxrl_dist.bench import _fmt, launch_cmd, run_command, stats, train_cmd
-from jaxrl_dist.bench_learning import PEERS, REJAX_PYTHON, XLA_ENV, hparams
+from jaxrl_dist.bench_learning import PEERS, XLA_ENV, hparams
+from jaxrl_dist.bench_rejax import REJAX_PYTHON, REJAX_SETUP
 
 THRESHOLD = 475.0
 
@@ -58,8 +59,7 @@ def _ours_sequential(args, seeds, steps) -> dict[str, Any]:
 
 def _rejax(args, seeds, steps) -> dict[str, Any]:
     if not REJAX_PYTHON.exists():
-        raise SystemExit("rejax's venv is missing: python3.11 -m venv .bench/rejax && "
-                         ".bench/rejax/bin/pip install rejax==0.1.3 gymnax==0.0.9")
+        raise SystemExit(f"rejax's venv is missing: {REJAX_SETUP}")
     from jaxrl_dist import config as config_lib
     config = config_lib.load(args.config)
     cmd = [str(REJAX_PYTHON), str(PEERS / "rejax_runner.py"), "--env", config.env,

@@ -16,6 +16,11 @@ from pathlib import Path
 from jaxrl_dist.bench import CARTPOLE, _fmt, run_command, stats, train_cmd
 
 REJAX_VENV = Path(".bench/rejax")
+REJAX_PYTHON = REJAX_VENV / "bin" / "python"
+# rejax needs gymnax 0.0.9 (it breaks with gymnax 1.x), so it never shares our venv
+REJAX_PACKAGES = ("rejax==0.1.3", "gymnax==0.0.9")
+REJAX_SETUP = (f"python3.11 -m venv {REJAX_VENV} && {REJAX_PYTHON} -m pip install "
+               f"{' '.join(REJAX_PACKAGES)}")
 
 
 REJAX_SCRIPT = textwrap.dedent("""
@@ -44,13 +49,11 @@ REJAX_SCRIPT = textwrap.dedent("""
 
 
 def ensure_rejax() -> Path:
-    python = REJAX_VENV / "bin" / "python"
-    if not python.exists():
+    if not REJAX_PYTHON.exists():
         subprocess.run([sys.executable, "-m", "venv", str(REJAX_VENV)], check=True)
-        # rejax needs gymnax 0.0.9 (it breaks with gymnax 1.x), so it never shares our venv
-        subprocess.run([str(python), "-m", "pip", "install", "-q", "rejax", "gymnax==0.0.9"],
+        subprocess.run([str(REJAX_PYTHON), "-m", "pip", "install", "-q", *REJAX_PACKAGES],
                        check=True)
-    return python
+    return REJAX_PYTHON
 
 
 def bench_rejax(args) -> tuple[list[dict], str]:

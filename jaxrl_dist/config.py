@@ -2,7 +2,8 @@
 
 Every size in the config is GLOBAL (all devices of all processes). Per-device sizes are derived
 in :mod:`jaxrl_dist.sizes` once the device count is known, so the same file describes a run on
-one CPU or on a pod; typed parsing of the YAML lives in :mod:`jaxrl_dist.typed`. Nothing here imports jax: the CLI must read a config before jax is imported.
+one CPU or on a pod; typed parsing of the YAML lives in :mod:`jaxrl_dist.typed`. Nothing here
+imports jax: the CLI must read a config before jax is imported.
 """
 
 from __future__ import annotations
