@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 ACTIVATIONS = ("tanh", "relu", "gelu", "silu", "elu")
+TORSOS = ("auto", "mlp", "cnn")
 
 
 def _doc(text: str, **kwargs: Any) -> Any:
@@ -61,6 +62,11 @@ class NetworkConfig:
     actor_hidden: tuple[int, ...] = _doc("actor MLP hidden sizes", default=(64, 64))
     critic_hidden: tuple[int, ...] = _doc("critic MLP hidden sizes", default=(64, 64))
     activation: str = _doc(f"hidden activation, one of {', '.join(ACTIVATIONS)}", default="tanh")
+    torso: str = _doc("observation encoder: cnn (3x3 convolutions, for [H, W, C] grids and "
+                      "images), mlp (flattens), auto = cnn for [H, W, C] observations",
+                      default="auto")
+    cnn_channels: tuple[int, ...] = _doc("channels of the CNN torso's 3x3 conv layers (stride 1,"
+                                         " ReLU), before the hidden layers", default=(16,))
 
 
 # Keys a population may sweep: each is a scalar of the update's math, so members differ only in
@@ -88,7 +94,16 @@ class PopulationConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class Config:
-    env: str = _doc("gymnax environment id, e.g. CartPole-v1", default="CartPole-v1")
+    env: str = _doc("environment: a gymnax id (CartPole-v1) or suite:name with suite one of "
+                    "brax, playground, jumanji, xminigrid, craftax (optional extras)",
+                    default="CartPole-v1")
+    env_kwargs: dict[str, bool | int | float | str] = _doc(
+        "passed to the suite's constructor (e.g. {backend: positional} for brax:, config "
+        "overrides for playground:)", default_factory=dict)
+    episode_length: int | None = _doc("time limit (truncated, bootstrapped) for suites whose "
+                                      "environments have none (brax:, playground:; xminigrid: "
+                                      "and craftax: replace theirs); null = the suite's default",
+                                      default=None)
     seed: int = _doc("PRNG seed; same seed + config = same result on any topology", default=0)
     total_timesteps: int = _doc("global environment steps to train for", default=500_000)
     num_envs: int = _doc("GLOBAL number of parallel environments (split over devices)",
@@ -243,7 +258,11 @@ def check(config: Config) -> None:
         _require(getattr(p, name) >= 0, f"ppo.{name} must be >= 0, got {getattr(p, name)}")
     _require(n.activation in ACTIVATIONS,
              f"network.activation must be one of {', '.join(ACTIVATIONS)}, got {n.activation!r}")
-    for name in ("actor_hidden", "critic_hidden"):
+    _require(n.torso in TORSOS,
+             f"network.torso must be one of {', '.join(TORSOS)}, got {n.torso!r}")
+    _require(c.episode_length is None or c.episode_length >= 1,
+             f"episode_length must be >= 1 or null, got {c.episode_length}")
+    for name in ("actor_hidden", "critic_hidden", "cnn_channels"):
         sizes = getattr(n, name)
         _require(all(s >= 1 for s in sizes),
                  f"network.{name} sizes must be >= 1, got {list(sizes)}")

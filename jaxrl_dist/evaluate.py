@@ -22,7 +22,6 @@ from jaxrl_dist.networks import Networks
 from jaxrl_dist.sharding import DATA_AXIS, Layout
 
 EVAL_STREAM = 0x5EED  # folded into the seed so eval keys never collide with training keys
-DEFAULT_MAX_STEPS = 1000
 
 
 def _device_varying(tree: Any, axes: tuple[str, ...]) -> Any:
@@ -46,7 +45,7 @@ def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, layout: Lay
     In a population every argument and result has a leading member dimension."""
     layout = layout if isinstance(layout, Layout) else Layout(layout)
     local_envs = config.eval_episodes // layout.data_size
-    max_steps = int(getattr(spec.params, "max_steps_in_episode", DEFAULT_MAX_STEPS))
+    max_steps = spec.max_episode_steps
     normalize_obs = config.ppo.normalize_observations
 
     def local_eval(params, moments, seed_key, update):
@@ -62,7 +61,7 @@ def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, layout: Lay
         def body(carry):
             t, slots, ret, length, done = carry
             obs = losses.normalize(moments, slots.obs) if normalize_obs else slots.obs
-            action = nets.policy(params, obs).mode()
+            action = nets.policy(params, obs, slots.mask).mode()
             keys = rollout.env_keys(jax.random.fold_in(key_steps, t), env_ids)
             slots, out = envs_lib.step(spec, envs_lib.step_keys(keys), slots, action)
             ret = jnp.where(done, ret, ret + out.reward)

@@ -62,6 +62,7 @@ class LossInputs(NamedTuple):
     old_value: jax.Array
     advantage: jax.Array
     target: jax.Array
+    mask: jax.Array | None = None   # legal actions [N, A] (masked environments only)
 
 
 class LossInfo(NamedTuple):
@@ -84,7 +85,7 @@ def ppo_loss(
     vf_coef: float,
 ) -> tuple[jax.Array, LossInfo]:
     """Clipped surrogate + (optionally clipped) value loss - entropy bonus; means over batch."""
-    dist = policy_fn(params, batch.obs)
+    dist = policy_fn(params, batch.obs, batch.mask)
     value = value_fn(params, batch.obs)
     log_prob = dist.log_prob(batch.action)
     log_ratio = log_prob - batch.old_log_prob

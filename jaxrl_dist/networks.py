@@ -1,4 +1,6 @@
-"""Actor and critic MLPs (flax) and the two action distributions PPO needs.
+"""Actor and critic networks (flax): an observation torso (MLP, or a CNN for [H, W, C] grids and
+images) and the action distributions PPO needs (a categorical that honours legal-action masks,
+a diagonal Gaussian).
 
 Networks hold no RNG state and know nothing about sharding; parameters are one plain pytree
 ``{"actor": ..., "critic": ...}`` so the optimizer, checkpoints and fingerprints see one tree.
@@ -17,6 +19,8 @@ from jaxrl_dist.config import NetworkConfig
 from jaxrl_dist.envs import EnvSpec
 
 _LOG_2PI = float(np.log(2.0 * np.pi))
+# Logit of an illegal action: finite, so softmax, entropy and log-probs stay NaN-free.
+MASKED_LOGIT = -1e9
 
 
 def action_noise(key: jax.Array, continuous: bool, action_dim: int) -> jax.Array:
@@ -29,6 +33,10 @@ def action_noise(key: jax.Array, continuous: bool, action_dim: int) -> jax.Array
 
 class Categorical(NamedTuple):
     logits: jax.Array   # [..., A]
+
+    def masked(self, mask: jax.Array | None) -> "Categorical":
+        """Illegal actions (``mask`` False) get probability 0: never sampled, never the mode."""
+        return self if mask is None else Categorical(jnp.where(mask, self.logits, MASKED_LOGIT))
 
     def sample(self, key: jax.Array) -> jax.Array:
         return self.sample_from_noise(action_noise(key, False, self.logits.shape[-1]))
@@ -70,16 +78,30 @@ class DiagGaussian(NamedTuple):
         return jnp.sum(self.log_std + 0.5 * (1.0 + _LOG_2PI), axis=-1)
 
 
+def use_cnn(config: NetworkConfig, obs_shape: tuple[int, ...]) -> bool:
+    if config.torso == "cnn" and len(obs_shape) != 3:
+        from jaxrl_dist.envs import EnvError
+        raise EnvError(f"network.torso=cnn needs [H, W, C] observations, got shape "
+                       f"{list(obs_shape)}; use torso: mlp (or auto)")
+    return config.torso == "cnn" or (config.torso == "auto" and len(obs_shape) == 3)
+
+
 class MLP(nn.Module):
+    """Optional 3x3 convolutions (``conv``, for [H, W, C] inputs), then dense layers."""
+
     hidden: Sequence[int]
     out_dim: int
     activation: str
     out_scale: float
+    conv: Sequence[int] = ()
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         act = getattr(nn, self.activation)
-        x = x.reshape(x.shape[0], -1)  # image-like observations (MinAtar) are flattened
+        for channels in self.conv:
+            x = nn.relu(nn.Conv(channels, (3, 3), padding="SAME",
+                                kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+        x = x.reshape(x.shape[0], -1)  # without convolutions, images are flattened
         for size in self.hidden:
             x = act(nn.Dense(size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
         return nn.Dense(self.out_dim, kernel_init=nn.initializers.orthogonal(self.out_scale))(x)
@@ -89,10 +111,12 @@ class Actor(nn.Module):
     config: NetworkConfig
     action_dim: int
     continuous: bool
+    conv: Sequence[int] = ()
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> Categorical | DiagGaussian:
-        out = MLP(self.config.actor_hidden, self.action_dim, self.config.activation, 0.01)(obs)
+        out = MLP(self.config.actor_hidden, self.action_dim, self.config.activation, 0.01,
+                  self.conv)(obs)
         if not self.continuous:
             return Categorical(out)
         log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
@@ -101,23 +125,25 @@ class Actor(nn.Module):
 
 class Critic(nn.Module):
     config: NetworkConfig
+    conv: Sequence[int] = ()
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        return MLP(self.config.critic_hidden, 1, self.config.activation, 1.0)(obs)[:, 0]
+        return MLP(self.config.critic_hidden, 1, self.config.activation, 1.0, self.conv)(obs)[:, 0]
 
 
 class Networks(NamedTuple):
     """Pure functions over the parameter tree; observations are batched ``[B, *obs]``."""
 
     init: Callable[[jax.Array], Any]
-    policy: Callable[[Any, jax.Array], Categorical | DiagGaussian]
+    policy: Callable[..., Categorical | DiagGaussian]   # (params, obs, mask=None)
     value: Callable[[Any, jax.Array], jax.Array]
 
 
 def make_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
-    actor = Actor(config, spec.action_dim, spec.continuous)
-    critic = Critic(config)
+    conv = tuple(config.cnn_channels) if use_cnn(config, spec.obs_shape) else ()
+    actor = Actor(config, spec.action_dim, spec.continuous, conv)
+    critic = Critic(config, conv)
     dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
 
     def init(key: jax.Array) -> Any:
@@ -125,8 +151,10 @@ def make_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
         return {"actor": actor.init(key_actor, dummy)["params"],
                 "critic": critic.init(key_critic, dummy)["params"]}
 
-    def policy(params: Any, obs: jax.Array) -> Categorical | DiagGaussian:
-        return actor.apply({"params": params["actor"]}, obs)
+    def policy(params: Any, obs: jax.Array, mask: jax.Array | None = None
+               ) -> Categorical | DiagGaussian:
+        dist = actor.apply({"params": params["actor"]}, obs)
+        return dist.masked(mask) if mask is not None else dist
 
     def value(params: Any, obs: jax.Array) -> jax.Array:
         return critic.apply({"params": params["critic"]}, obs)

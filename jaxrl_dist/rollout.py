@@ -41,7 +41,8 @@ def collect(
     """Step the local environments ``num_steps`` times.
 
     Args:
-      policy_fn: raw observations [E, *obs] -> action distribution.
+      policy_fn: (raw observations [E, *obs], legal-action mask [E, A] or None) -> action
+        distribution.
       value_fn: raw observations [N, *obs] -> values [N] in return units.
       slots: [E] environments.  env_ids: [E] int32 global indices.  key: replicated.
     Returns:
@@ -57,14 +58,15 @@ def collect(
 
     def env_step(slots: EnvSlot, xs):
         noise_t, key_env_t = xs
-        dist = policy_fn(slots.obs)
+        dist = policy_fn(slots.obs, slots.mask)
         action = dist.sample_from_noise(noise_t)
         log_prob = dist.log_prob(action)
         new_slots, out = envs_lib.step(spec, key_env_t, slots, action)
         transition = Transition(
             obs=slots.obs, action=action, log_prob=log_prob, value=None, reward=out.reward,
             done=jnp.logical_or(out.terminated, out.truncated),
-            finished_return=out.finished_return, finished_length=out.finished_length)
+            finished_return=out.finished_return, finished_length=out.finished_length,
+            mask=slots.mask)
         extra = (out.truncated, out.final_obs) if bootstrap_truncation else None
         return new_slots, (transition, extra)
 

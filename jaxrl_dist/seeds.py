@@ -18,7 +18,7 @@ from jaxrl_dist import config as config_lib
 from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist import sharding
 from jaxrl_dist.config import Config
-from jaxrl_dist.envs import make_env
+from jaxrl_dist.envs import from_config as make_env_from_config
 from jaxrl_dist.evaluate import make_eval_program
 from jaxrl_dist.update import make_programs
 
@@ -35,7 +35,7 @@ def train_seeds(config: Config, seeds: Sequence[int], *, env: Any = None,
     """
     layout = sharding.make_layout([device or jax.devices()[0]], members=len(seeds))
     sizes = sizes_lib.derive_sizes(config, 1)
-    spec = make_env(config.env if env is None else env)
+    spec = make_env_from_config(config, env)
     programs = make_programs(config, sizes, spec, layout)
     evaluate = make_eval_program(config, spec, programs.nets, layout)
     keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray(list(seeds), jnp.uint32))

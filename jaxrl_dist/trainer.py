@@ -27,7 +27,7 @@ from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist.checkpoint import CheckpointError, Checkpointer, check_compatible
 from jaxrl_dist.config import Config, ConfigError
 from jaxrl_dist.sizes import Sizes
-from jaxrl_dist.envs import make_env
+from jaxrl_dist.envs import from_config as make_env_from_config
 from jaxrl_dist.errors import RunError
 from jaxrl_dist.evaluate import make_eval_program
 from jaxrl_dist.hooks import Hook, HookTable
@@ -111,7 +111,7 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
     layout = sharding.make_layout(devices, len(members) if members else None,
                                   pop.member_devices)
     sizes = sizes_lib.derive_sizes(config, layout.data_size)
-    spec = make_env(config.env if env is None else env, env_params)
+    spec = make_env_from_config(config, env, env_params)
     integrity.check_processes_agree(config)
     if resume and run_dir is None:
         raise RunError("--resume needs the --run-dir of the run to continue")

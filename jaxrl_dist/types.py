@@ -38,3 +38,4 @@ class Transition(NamedTuple):
     done: jax.Array           # episode ended at this step (terminated or truncated)
     finished_return: jax.Array
     finished_length: jax.Array
+    mask: jax.Array | None = None   # legal actions when acting (masked environments only)

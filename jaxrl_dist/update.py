@@ -142,7 +142,7 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | 
 
         # COLLECT TRAJECTORIES
         slots, traj = rollout.collect(
-            spec, lambda obs: nets.policy(train.params, normalize_fn(obs)), value_fn,
+            spec, lambda obs, mask: nets.policy(train.params, normalize_fn(obs), mask), value_fn,
             state.envs, env_ids, key_rollout, T, hp["gamma"], p.bootstrap_truncation)
 
         # ADVANTAGES
@@ -201,7 +201,7 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | 
         else:
             scale = lambda x: x  # noqa: E731
         data = losses.LossInputs(normalize_fn(traj.obs), traj.action, traj.log_prob,
-                                 scale(traj.value), advantages, scale(targets))
+                                 scale(traj.value), advantages, scale(targets), traj.mask)
         progress = train.update.astype(jnp.float32) / sizes.num_updates
         clip_eps = (hp["clip_eps"] * (1.0 - progress) if p.anneal_clip_eps
                     else jnp.float32(hp["clip_eps"]))

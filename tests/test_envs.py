@@ -7,6 +7,7 @@ import pytest
 from gymnax.wrappers.purerl import GymnaxWrapper
 
 from jaxrl_dist import envs
+from jaxrl_dist.envs import gymnax as gymnax_adapters
 
 
 def _random_actions(spec, key, shape):
@@ -31,7 +32,7 @@ def _rollouts(spec, num_envs=3, num_steps=260):
         k, a = xs
         a = envs.to_env_action(spec, a)
         obs, state, reward, term, trunc, info = jax.vmap(
-            spec.env.step, (0, 0, 0, None))(k, state, a, spec.params)
+            spec.adapter.env.step, (0, 0, 0, None))(k, state, a, spec.adapter.params)
         trunc = jnp.logical_and(trunc, jnp.logical_not(term))
         return state, (obs, reward, term, trunc, info["final_observation"])
 
@@ -43,7 +44,7 @@ def _rollouts(spec, num_envs=3, num_steps=260):
 @pytest.mark.parametrize("name", ["CartPole-v1", "Pendulum-v1", "Asterix-MinAtar"])
 def test_lazy_reset_step_equals_gymnax_step(name):
     spec = envs.make_env(name)
-    assert envs._plain_gymnax(spec.env)
+    assert isinstance(spec.adapter, gymnax_adapters.GymnaxAdapter)
     got, want = _rollouts(spec)
     names = ("obs", "reward", "terminated", "truncated", "final_obs")
     for field, g, w in zip(names, got, want):
@@ -68,8 +69,8 @@ class DoubleReward(GymnaxWrapper):
 
 def test_wrapped_env_is_stepped_through_its_own_step():
     base = envs.make_env("CartPole-v1")
-    spec = envs.make_env(DoubleReward(base.env), base.params)
-    assert not envs._plain_gymnax(spec.env)
+    spec = envs.make_env(DoubleReward(base.adapter.env), base.adapter.params)
+    assert spec.adapter.resets_itself
     slots = jax.vmap(lambda k: envs.reset(spec, k))(jax.random.split(jax.random.PRNGKey(0), 2))
     keys = envs.step_keys(jax.random.split(jax.random.PRNGKey(1), 2))
     _, out = envs.step(spec, keys, slots, jnp.zeros(2, jnp.int32))

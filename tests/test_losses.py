@@ -60,7 +60,7 @@ def test_ppo_loss_hand_computed():
         advantage=jnp.array([2.0, -1.0]), target=jnp.array([1.0, 0.0]))
     value = jnp.array([0.5, 2.0])
     total, info = losses.ppo_loss(
-        None, batch, lambda _, o: Categorical(logits), lambda _, o: value,
+        None, batch, lambda _, o, m: Categorical(logits), lambda _, o: value,
         clip_eps=0.2, vf_clip_eps=0.5, ent_coef=0.1, vf_coef=0.5)
     r0, r1 = 1.25, p1 / 0.9
     # sample 0: min(1.25 * 2, clip(1.25, 0.8, 1.2) * 2) = 2.4
@@ -82,7 +82,7 @@ def test_ppo_loss_hand_computed():
 def test_value_clipping_off_uses_plain_mse():
     batch = losses.LossInputs(jnp.zeros((1, 1)), jnp.array([0]), jnp.log(jnp.array([0.5])),
                               jnp.array([0.0]), jnp.array([0.0]), jnp.array([0.0]))
-    _, info = losses.ppo_loss(None, batch, lambda _, o: Categorical(jnp.zeros((1, 2))),
+    _, info = losses.ppo_loss(None, batch, lambda _, o, m: Categorical(jnp.zeros((1, 2))),
                               lambda _, o: jnp.array([3.0]), 0.2, None, 0.0, 1.0)
     np.testing.assert_allclose(info.value_loss, 0.5 * 9.0)
 

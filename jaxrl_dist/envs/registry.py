@@ -1,0 +1,79 @@
+"""``suite:name`` -> an :class:`EnvSpec`. Unprefixed names are gymnax, so existing configs keep
+working; each other suite is an optional extra, imported only when a config names it."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from jaxrl_dist.envs.base import EnvError, EnvSpec
+
+# suite -> (adapter module, the library's import name, the pip extra that installs it)
+SUITES: dict[str, tuple[str, str, str]] = {
+    "gymnax": ("jaxrl_dist.envs.gymnax", "gymnax", ""),
+    "brax": ("jaxrl_dist.envs.brax", "brax", "brax"),
+    "playground": ("jaxrl_dist.envs.playground", "mujoco_playground", "playground"),
+    "jumanji": ("jaxrl_dist.envs.jumanji", "jumanji", "jumanji"),
+    "xminigrid": ("jaxrl_dist.envs.xminigrid", "xminigrid", "xminigrid"),
+    "craftax": ("jaxrl_dist.envs.craftax", "craftax", "craftax"),
+}
+
+
+def parse(env_id: str) -> tuple[str, str]:
+    """``"brax:ant"`` -> ``("brax", "ant")``; ``"CartPole-v1"`` -> ``("gymnax", ...)``."""
+    suite, sep, name = env_id.partition(":")
+    if not sep:
+        return "gymnax", env_id
+    if suite not in SUITES:
+        raise EnvError(f"unknown environment suite {suite!r} in {env_id!r}; known suites: "
+                       f"{', '.join(SUITES)} (an unprefixed name is a gymnax id)")
+    if not name:
+        raise EnvError(f"{env_id!r} names no environment: write {suite}:<name>")
+    return suite, name
+
+
+def available(suite: str) -> bool:
+    """Whether the suite's library is installed (without importing it)."""
+    return importlib.util.find_spec(SUITES[suite][1]) is not None
+
+
+def require(suite: str) -> None:
+    """A one-line error naming the extra to install when a suite's library is missing."""
+    _, library, extra = SUITES[suite]
+    if not available(suite):
+        raise EnvError(f"{suite} environments need the '{library}' package: "
+                       f"pip install -e '.[{extra}]' (or '.[envs]' for every suite)")
+
+
+def make_env(env: Any, env_params: Any = None, *, episode_length: int | None = None,
+             env_kwargs: dict[str, Any] | None = None) -> EnvSpec:
+    """An :class:`EnvSpec` from ``suite:name``, a gymnax id, or a gymnax-style object.
+
+    Args:
+      episode_length: time limit for suites without one of their own (Brax, Playground); for
+        the others it must be None (their own limits apply).
+      env_kwargs: passed to the suite's constructor (e.g. ``backend`` for Brax).
+    """
+    kwargs = dict(env_kwargs or {})
+    if not isinstance(env, str):
+        from jaxrl_dist.envs import gymnax
+        return gymnax.from_object(env, env_params)
+    suite, name = parse(env)
+    require(suite)
+    module = importlib.import_module(SUITES[suite][0])
+    if suite == "gymnax":
+        if episode_length is not None:
+            raise EnvError("episode_length applies to brax: and playground: environments; "
+                           "gymnax environments keep their own time limit")
+        return module.make(name, env_params, **kwargs)
+    try:
+        return module.make(name, episode_length=episode_length, **kwargs)
+    except TypeError as e:   # a constructor argument the library does not take
+        raise EnvError(f"{env}: bad env_kwargs {sorted(kwargs)}: {e}") from None
+
+
+def from_config(config: Any, env: Any = None, env_params: Any = None) -> EnvSpec:
+    """The run's environment: ``config.env`` (with its ``episode_length`` and ``env_kwargs``),
+    or ``env`` (a name or a gymnax-style object) given to the API in its place."""
+    return make_env(config.env if env is None else env, env_params,
+                    episode_length=config.episode_length, env_kwargs=config.env_kwargs)
