@@ -97,6 +97,16 @@ def flatten_observation(obs: Any) -> jax.Array:
     return jnp.concatenate([jnp.asarray(x, jnp.float32).reshape(-1) for x in leaves])
 
 
+def strong_types(tree: Any) -> Any:
+    """Drop weak types (Python scalars in a library's state) so a state has the same types
+    after a step as after a reset; otherwise each jitted call on stepped state compiles again
+    (seen with Brax's reward/done and Craftax's player_direction)."""
+    def strong(x):
+        x = jnp.asarray(x)   # Python numbers in a state become (weakly typed) arrays first
+        return jax.lax.convert_element_type(x, x.dtype) if x.weak_type else x
+    return jax.tree.map(strong, tree)
+
+
 def _float_obs(obs: Any) -> jax.Array:
     return jnp.asarray(obs, jnp.float32)
 
@@ -107,6 +117,7 @@ def _mask(spec: EnvSpec, state: Any) -> jax.Array | None:
 
 def reset(spec: EnvSpec, key: jax.Array) -> EnvSlot:
     state, obs = spec.adapter.reset(key)
+    state = strong_types(state)
     return EnvSlot(state, _float_obs(obs), jnp.float32(0.0), jnp.int32(0), _mask(spec, state))
 
 
@@ -148,6 +159,7 @@ def step(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array
         truncated = jnp.logical_and(jnp.asarray(truncated, bool), jnp.logical_not(terminated))
     else:
         out = jax.vmap(adapter.step)(key_step, slots.env_state, action)
+        out = out._replace(state=strong_types(out.state))
         terminated = jnp.asarray(out.terminated, bool)
         truncated = jnp.logical_and(jnp.asarray(out.truncated, bool),
                                     jnp.logical_not(terminated))
@@ -155,6 +167,7 @@ def step(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array
 
         def reset_finished():
             state_re, obs_re = jax.vmap(adapter.reset)(key_reset)
+            state_re = strong_types(state_re)
             pick = lambda x, y: jax.vmap(jax.lax.select)(done, x, y)  # noqa: E731
             return (jax.tree.map(pick, state_re, out.state),
                     pick(_float_obs(obs_re), _float_obs(out.obs)))
@@ -166,6 +179,7 @@ def step(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array
     reward = jnp.asarray(reward, jnp.float32)
     ep_return = slots.episode_return + reward
     ep_length = slots.episode_length + 1
+    state = strong_types(state)
     new_slots = EnvSlot(
         env_state=state,
         obs=_float_obs(obs),
