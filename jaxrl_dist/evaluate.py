@@ -82,4 +82,4 @@ def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, layout: Lay
 
     body = jax.vmap(local_eval) if layout.members else local_eval
     return jax.jit(jax.shard_map(body, mesh=layout.mesh, in_specs=(layout.train,) * 4,
-                                 out_specs=layout.train))
+                                 out_specs=layout.train, check_vma=spec.check_vma))

@@ -279,14 +279,16 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | 
         update_body = update_local
     mesh = layout.mesh
     init_program = jax.jit(jax.shard_map(init_body, mesh=mesh,
-                                         in_specs=(layout.train, layout.train), out_specs=specs))
+                                         in_specs=(layout.train, layout.train), out_specs=specs,
+                                         check_vma=spec.check_vma))
 
     def init(seed_key: jax.Array, swept: dict[str, jax.Array] | None = None) -> RunState:
         return init_program(seed_key, swept or {})
 
     def update(state: RunState, num_updates: int):
         body = jax.shard_map(lambda s: update_body(s, num_updates), mesh=mesh,
-                             in_specs=(specs,), out_specs=(specs, layout.train))
+                             in_specs=(specs,), out_specs=(specs, layout.train),
+                             check_vma=spec.check_vma)
         return body(state)
 
     update = jax.jit(update, static_argnums=1, donate_argnums=0)

@@ -61,6 +61,11 @@ class EnvSpec:
     action_high: np.ndarray | None = None
     max_episode_steps: int = 1000  # bounds evaluation episodes
     masked: bool = False           # the adapter provides legal-action masks
+    # shard_map's varying-axis type checks. Libraries not written for shard_map (MJX's solver,
+    # Jumanji's generators) mix device-varying and constant values in their own cond/while
+    # carries, which those checks reject; the update does not rely on them (gradients are
+    # pmean-ed explicitly; tests check the global mean and 1 vs 2 devices per suite).
+    check_vma: bool = True
 
     @property
     def image_obs(self) -> bool:

@@ -3,6 +3,7 @@ working; each other suite is an optional extra, imported only when a config name
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 from typing import Any
 
@@ -67,9 +68,10 @@ def make_env(env: Any, env_params: Any = None, *, episode_length: int | None = N
                            "gymnax environments keep their own time limit")
         return module.make(name, env_params, **kwargs)
     try:
-        return module.make(name, episode_length=episode_length, **kwargs)
+        spec = module.make(name, episode_length=episode_length, **kwargs)
     except TypeError as e:   # a constructor argument the library does not take
         raise EnvError(f"{env}: bad env_kwargs {sorted(kwargs)}: {e}") from None
+    return dataclasses.replace(spec, check_vma=False)   # see EnvSpec.check_vma
 
 
 def from_config(config: Any, env: Any = None, env_params: Any = None) -> EnvSpec:
