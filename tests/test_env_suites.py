@@ -5,6 +5,8 @@ A suite whose extra is not installed is skipped with the command that installs i
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -229,10 +231,21 @@ TOPOLOGY = [("brax:fast", {"episode_length": 16}), ("playground:CartpoleBalance"
             ("craftax:Craftax-Classic-Symbolic-v1", {})]
 
 
+# Compiling MJX's solver or Craftax's world generator for 1 and 2 devices takes ~55 s each on a
+# 2-core machine: more than the suite's CI budget affords. They pass (docs/environments.md) and
+# run with JAXRL_DIST_FULL_ENV_TESTS=1.
+HEAVY = {"playground", "craftax"}
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("env,extra", TOPOLOGY, ids=[t[0].split(":")[0] for t in TOPOLOGY])
 def test_same_parameters_on_1_and_2_devices(env, extra):
-    need(env.split(":")[0])
+    suite = env.split(":")[0]
+    need(suite)
+    if suite in HEAVY and not os.environ.get("JAXRL_DIST_FULL_ENV_TESTS"):
+        pytest.skip(f"{suite}: compiling its physics/world generation for 1 and 2 devices "
+                    f"takes ~55 s on 2 cores, over the CI budget; run with "
+                    f"JAXRL_DIST_FULL_ENV_TESTS=1")
     config = config_lib.from_dict({"env": env, "num_envs": 4, "num_steps": 8, "seed": 1,
                                    "total_timesteps": 4 * 8 * 2, "updates_per_call": 2,
                                    "ppo": {"update_epochs": 1, "num_minibatches": 2},
