@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["throughput", "scaling", "solve", "rejax", "results",
                                          "collectives", "learning", "population",
-                                         "periodic"])
+                                         "periodic", "brax"])
     parser.add_argument("--config", default=CARTPOLE)
     parser.add_argument("--configs", nargs="+", default=list(RESULT_TARGETS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -268,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     started = time.strftime("%Y-%m-%d %H:%M:%S")
+    from jaxrl_dist.bench_brax import bench_brax
     from jaxrl_dist.bench_collectives import bench_collectives
     from jaxrl_dist.bench_learning import bench_learning
     from jaxrl_dist.bench_periodic import bench_periodic
@@ -277,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     fn = {"throughput": bench_throughput, "scaling": bench_scaling, "solve": bench_solve,
           "rejax": bench_rejax, "results": bench_results,
           "collectives": bench_collectives, "learning": bench_learning,
-          "population": bench_population, "periodic": bench_periodic}[args.what]
+          "population": bench_population, "periodic": bench_periodic,
+          "brax": bench_brax}[args.what]
     rows, table = fn(args)
     args.out.mkdir(parents=True, exist_ok=True)
     record = {"what": args.what, "started": started, "machine": machine(),
