@@ -263,6 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=3600, help="learning: per trainer")
     parser.add_argument("--topology", default="1x2",
                         help="population: PROCESSES x DEVICES for ours (e.g. 1x2, 2x1)")
+    parser.add_argument("--brax-unroll", type=int, default=32,
+                        help="brax: Brax's unroll_length (num_steps must be a multiple)")
     parser.add_argument("--no-sequential", action="store_true",
                         help="population: skip the N sequential single runs")
     args = parser.parse_args(argv)

@@ -2,9 +2,10 @@
 same Brax task, hyperparameters and budget, on 1 and 2 CPU devices.
 
 Hyperparameters come from OUR config (default ``configs/brax_inverted_pendulum.yaml``) and are
-mapped onto Brax's: envs; Brax's ``unroll_length`` x (``batch_size`` x ``num_minibatches`` /
-envs) = our ``num_steps``; epochs, minibatches, learning rate, discount, GAE lambda, entropy,
-clip, gradient clip, observation normalisation, episode length, timeout bootstrap; both with
+mapped onto Brax's: envs; Brax's ``unroll_length`` (``--brax-unroll``) x ``batch_size`` x
+``num_minibatches`` / envs = our ``num_steps``; epochs, minibatches, learning rate, discount,
+GAE lambda, entropy, clip, gradient clip, observation normalisation, episode length, timeout
+bootstrap; both with
 64x64 tanh networks and a Gaussian with a state-independent log std. Brax runs in this venv
 (the ``brax`` extra). Ours runs with its shipped defaults (time-based checkpoints and replica
 checks ON). Brax's steady SPS is its own ``training/sps`` (epochs after the first); its compile
@@ -24,7 +25,6 @@ from jaxrl_dist import config as config_lib
 from jaxrl_dist.bench import _fmt, run_command, stats, train_cmd
 
 BRAX_CONFIG = "configs/brax_inverted_pendulum.yaml"
-BRAX_UNROLL = 32
 
 BRAX_SCRIPT = textwrap.dedent("""
     import functools, json, statistics, sys, time
@@ -67,16 +67,18 @@ BRAX_SCRIPT = textwrap.dedent("""
 """)
 
 
-def brax_hyperparameters(config: config_lib.Config, num_evals: int) -> dict:
+def brax_hyperparameters(config: config_lib.Config, num_evals: int, unroll: int) -> dict:
     """Our config in Brax's PPO arguments (same data per update and per minibatch)."""
     p, n = config.ppo, config.network
-    unrolls = config.num_steps // BRAX_UNROLL           # unrolls per env per update
+    unrolls = config.num_steps // unroll                # unrolls per env per update
     batch = config.num_envs * unrolls // p.num_minibatches
-    assert config.num_steps % BRAX_UNROLL == 0 and batch * p.num_minibatches == \
-        config.num_envs * unrolls, "num_steps must be a multiple of 32 and split evenly"
+    if config.num_steps % unroll or batch * p.num_minibatches != config.num_envs * unrolls:
+        raise SystemExit(f"bench brax: num_steps ({config.num_steps}) must be a multiple of "
+                         f"--brax-unroll ({unroll}) and its unrolls split into "
+                         f"{p.num_minibatches} minibatches")
     return {"env": config.env.split(":", 1)[1], "num_timesteps": config.total_timesteps,
             "num_evals": num_evals, "episode_length": config.episode_length,
-            "num_envs": config.num_envs, "unroll_length": BRAX_UNROLL, "batch_size": batch,
+            "num_envs": config.num_envs, "unroll_length": unroll, "batch_size": batch,
             "num_minibatches": p.num_minibatches, "num_updates_per_batch": p.update_epochs,
             "learning_rate": p.learning_rate, "entropy_cost": p.ent_coef,
             "discounting": p.gamma, "gae_lambda": p.gae_lambda, "clipping_epsilon": p.clip_eps,
@@ -106,7 +108,7 @@ def bench_brax(args) -> tuple[list[dict], str]:
                                              [*sets, f"seed={seed}"]),
                                    XLA_FLAGS=_flags(devices), JAX_PLATFORMS="cpu",
                                    JAXRL_DIST_CACHE=str(Path(tmp) / "xla"))
-            hp = {**brax_hyperparameters(config, num_evals=4), "seed": seed}
+            hp = {**brax_hyperparameters(config, 4, args.brax_unroll), "seed": seed}
             theirs = run_command([sys.executable, str(script), json.dumps(hp)],
                                  XLA_FLAGS=_flags(devices), JAX_PLATFORMS="cpu")
             for name, out in (("jaxrl_dist", ours), ("brax", theirs)):
@@ -136,5 +138,5 @@ def bench_brax(args) -> tuple[list[dict], str]:
         md.append(f"\n{devices} device(s): median steady SPS ours / Brax = "
                   f"**{ours['sps']['median'] / theirs['sps']['median']:.2f}x**")
     md.append(f"\nOurs: `{config_path}` with {' '.join(sets)}; Brax: the same hyperparameters "
-              f"(unroll {BRAX_UNROLL}, {json.dumps(brax_hyperparameters(config, 4))})")
+              f"({json.dumps(brax_hyperparameters(config, 4, args.brax_unroll))})")
     return rows, "\n".join(md)

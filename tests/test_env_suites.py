@@ -323,3 +323,47 @@ def test_short_run_learns_on_every_seed(path, seeds, steps, threshold):
     need(envs.parse(config.env)[0])
     result = train_seeds(config, seeds)
     assert np.all(result["eval_return"] >= threshold), dict(zip(seeds, result["eval_return"]))
+
+
+# ------------------------------------------------------------------ multi-process
+
+LAUNCHED = [("brax:fast", ["episode_length=16"]), ("xminigrid:MiniGrid-Empty-5x5", []),
+            ("jumanji:Maze-v0", []), ("playground:CartpoleBalance", []),
+            ("craftax:Craftax-Classic-Symbolic-v1", [])]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+@pytest.mark.parametrize("env,sets", LAUNCHED, ids=[e[0].split(":")[0] for e in LAUNCHED])
+def test_two_launcher_processes_equal_one_process_with_two_devices(env, sets, tmp_path):
+    """Through the launcher (2 processes x 1 device, gloo between them) every rank ends with
+    the parameters of 1 process x 2 devices. Brax runs in CI; the others (~40 s of compiling
+    per run on 2 cores) with JAXRL_DIST_FULL_ENV_TESTS=1."""
+    import subprocess
+    import sys
+    from test_launch import _env, run_launcher, summaries
+    suite = env.split(":")[0]
+    need(suite)
+    if suite != "brax" and not os.environ.get("JAXRL_DIST_FULL_ENV_TESTS"):
+        pytest.skip(f"{suite}: two more multi-process compiles (~40 s each on 2 cores) are over "
+                    f"the CI budget; run with JAXRL_DIST_FULL_ENV_TESTS=1")
+    args = [f"env={env}", "num_envs=4", "num_steps=8", "total_timesteps=96", "updates_per_call=3",
+            "ppo.num_minibatches=2", "ppo.update_epochs=1", "eval_episodes=2",
+            "network.actor_hidden=[16]", "network.critic_hidden=[16]", *sets]
+    sets_args = [a for s in args for a in ("--set", s)]
+    proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "1",
+                         "configs/cartpole.yaml", *sets_args, "--run-dir", str(tmp_path / "mp"),
+                         "--no-progress"], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = summaries(tmp_path / "mp" / "logs")
+    single = subprocess.run([sys.executable, "-m", "jaxrl_dist.train", "configs/cartpole.yaml",
+                             *sets_args, "--cpu-devices", "2", "--no-progress", "--run-dir",
+                             str(tmp_path / "sp")], env=_env(), capture_output=True, text=True,
+                            timeout=300)
+    assert single.returncode == 0, single.stderr[-3000:]
+    ref = next(__import__("json").loads(line) for line in single.stdout.splitlines()
+               if line.startswith('{"rank": 0'))
+    assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"]
+    np.testing.assert_allclose(ranks[0]["param_norm"], ref["param_norm"], rtol=1e-5)
+    summary = __import__("json").loads((tmp_path / "mp" / "summary.json").read_text())
+    assert summary["num_processes"] == 2 and summary["env"] == env

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import importlib.util
 from typing import Any
 
 from jaxrl_dist.envs.base import EnvError, EnvSpec
