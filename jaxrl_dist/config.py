@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 ACTIVATIONS = ("tanh", "relu", "gelu", "silu", "elu")
+BOUNDED_ACTIONS = ("clip", "tanh")
 TORSOS = ("auto", "mlp", "cnn")
 
 
@@ -67,6 +68,9 @@ class NetworkConfig:
                       default="auto")
     cnn_channels: tuple[int, ...] = _doc("channels of the CNN torso's 3x3 conv layers (stride 1,"
                                          " ReLU), before the hidden layers", default=(16,))
+    bounded_actions: str = _doc("continuous actions with bounds: clip (a Gaussian, clipped by the "
+                                "environment) or tanh (a Gaussian squashed into the bounds)",
+                                default="clip")
 
 
 # Keys a population may sweep: each is a scalar of the update's math, so members differ only in
@@ -258,6 +262,9 @@ def check(config: Config) -> None:
         _require(getattr(p, name) >= 0, f"ppo.{name} must be >= 0, got {getattr(p, name)}")
     _require(n.activation in ACTIVATIONS,
              f"network.activation must be one of {', '.join(ACTIVATIONS)}, got {n.activation!r}")
+    _require(n.bounded_actions in BOUNDED_ACTIONS,
+             f"network.bounded_actions must be one of {', '.join(BOUNDED_ACTIONS)}, "
+             f"got {n.bounded_actions!r}")
     _require(n.torso in TORSOS,
              f"network.torso must be one of {', '.join(TORSOS)}, got {n.torso!r}")
     _require(c.episode_length is None or c.episode_length >= 1,

@@ -61,7 +61,8 @@ def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, layout: Lay
         def body(carry):
             t, slots, ret, length, done = carry
             obs = losses.normalize(moments, slots.obs) if normalize_obs else slots.obs
-            action = nets.policy(params, obs, slots.mask).mode()
+            dist = nets.policy(params, obs, slots.mask)
+            action = dist.env_action(dist.mode())
             keys = rollout.env_keys(jax.random.fold_in(key_steps, t), env_ids)
             slots, out = envs_lib.step(spec, envs_lib.step_keys(keys), slots, action)
             ret = jnp.where(done, ret, ret + out.reward)

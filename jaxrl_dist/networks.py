@@ -1,6 +1,6 @@
 """Actor and critic networks (flax): an observation torso (MLP, or a CNN for [H, W, C] grids and
 images) and the action distributions PPO needs (a categorical that honours legal-action masks,
-a diagonal Gaussian).
+a diagonal Gaussian, optionally squashed into the action bounds by tanh).
 
 Networks hold no RNG state and know nothing about sharding; parameters are one plain pytree
 ``{"actor": ..., "critic": ...}`` so the optimizer, checkpoints and fingerprints see one tree.
@@ -48,6 +48,9 @@ class Categorical(NamedTuple):
     def mode(self) -> jax.Array:
         return jnp.argmax(self.logits, axis=-1)
 
+    def env_action(self, action: jax.Array) -> jax.Array:
+        return action
+
     def log_prob(self, action: jax.Array) -> jax.Array:
         logp = jax.nn.log_softmax(self.logits)
         return jnp.take_along_axis(logp, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
@@ -58,8 +61,17 @@ class Categorical(NamedTuple):
 
 
 class DiagGaussian(NamedTuple):
+    """A Gaussian over the pre-squash action u. With bounds (``low``/``high``), the environment
+    receives low + (tanh(u) + 1) (high - low) / 2; without, u itself (clipped by the environment).
+
+    Transitions store u, so PPO's ratio pi_new(a) / pi_old(a) is exactly N_new(u) / N_old(u): the
+    tanh Jacobian depends on u only and cancels. The entropy bonus is u's Gaussian entropy (Brax
+    adds a one-sample estimate of the Jacobian term; not done here)."""
+
     mean: jax.Array      # [..., A]
     log_std: jax.Array   # [..., A]
+    low: Any = None      # [A] bounds of a tanh-squashed action, else None
+    high: Any = None
 
     def sample(self, key: jax.Array) -> jax.Array:
         return self.sample_from_noise(jax.random.normal(key, self.mean.shape))
@@ -70,12 +82,28 @@ class DiagGaussian(NamedTuple):
     def mode(self) -> jax.Array:
         return self.mean
 
+    def env_action(self, u: jax.Array) -> jax.Array:
+        if self.low is None:
+            return u
+        return self.low + (jnp.tanh(u) + 1.0) * (0.5 * (self.high - self.low))
+
     def log_prob(self, action: jax.Array) -> jax.Array:
         z = (action - self.mean) * jnp.exp(-self.log_std)
         return jnp.sum(-0.5 * z**2 - self.log_std - 0.5 * _LOG_2PI, axis=-1)
 
     def entropy(self) -> jax.Array:
         return jnp.sum(self.log_std + 0.5 * (1.0 + _LOG_2PI), axis=-1)
+
+
+def _tanh_bounds(config: NetworkConfig, spec: EnvSpec):
+    """(low, high) as hashable tuples when actions are squashed, else None (clipped)."""
+    if config.bounded_actions != "tanh" or not spec.continuous or spec.action_low is None:
+        return None
+    low, high = (np.broadcast_to(np.asarray(b, np.float32), (spec.action_dim,))
+                 for b in (spec.action_low, spec.action_high))
+    if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
+        return None
+    return tuple(map(float, low)), tuple(map(float, high))
 
 
 def use_cnn(config: NetworkConfig, obs_shape: tuple[int, ...]) -> bool:
@@ -112,6 +140,7 @@ class Actor(nn.Module):
     action_dim: int
     continuous: bool
     conv: Sequence[int] = ()
+    bounds: tuple[tuple[float, ...], tuple[float, ...]] | None = None   # (low, high) for tanh
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> Categorical | DiagGaussian:
@@ -120,7 +149,8 @@ class Actor(nn.Module):
         if not self.continuous:
             return Categorical(out)
         log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
-        return DiagGaussian(out, jnp.broadcast_to(log_std, out.shape))
+        low, high = (None, None) if self.bounds is None else map(jnp.asarray, self.bounds)
+        return DiagGaussian(out, jnp.broadcast_to(log_std, out.shape), low, high)
 
 
 class Critic(nn.Module):
@@ -142,7 +172,7 @@ class Networks(NamedTuple):
 
 def make_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
     conv = tuple(config.cnn_channels) if use_cnn(config, spec.obs_shape) else ()
-    actor = Actor(config, spec.action_dim, spec.continuous, conv)
+    actor = Actor(config, spec.action_dim, spec.continuous, conv, _tanh_bounds(config, spec))
     critic = Critic(config, conv)
     dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
 

@@ -61,7 +61,7 @@ def collect(
         dist = policy_fn(slots.obs, slots.mask)
         action = dist.sample_from_noise(noise_t)
         log_prob = dist.log_prob(action)
-        new_slots, out = envs_lib.step(spec, key_env_t, slots, action)
+        new_slots, out = envs_lib.step(spec, key_env_t, slots, dist.env_action(action))
         transition = Transition(
             obs=slots.obs, action=action, log_prob=log_prob, value=None, reward=out.reward,
             done=jnp.logical_or(out.terminated, out.truncated),

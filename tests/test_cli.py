@@ -22,6 +22,7 @@ BAD = [  # (argv, words the one-line message must contain)
     ([CFG, "--set", "ppo.learning_rate=-1"], ["ppo.learning_rate", "> 0"]),
     ([CFG, "--set", "ppo.gamma=1.5"], ["ppo.gamma"]),
     ([CFG, "--set", "network.activation=sigmoid"], ["network.activation", "tanh"]),
+    ([CFG, "--set", "network.bounded_actions=sigmoid"], ["network.bounded_actions", "tanh"]),
     ([CFG, "--set", "network.actor_hidden=[64, x]"], ["network.actor_hidden"]),
     ([CFG, "--set", "env=Nope-v0"], ["Nope-v0", "CartPole-v1"]),
     ([CFG, "--set", "ppo=3"], ["ppo", "mapping"]),

@@ -102,6 +102,29 @@ def test_gaussian_matches_closed_form():
     np.testing.assert_allclose(samples.std(0), std[0], rtol=0.03)
 
 
+def test_tanh_gaussian_maps_into_the_bounds_with_the_right_distribution():
+    """Squashed draws stay inside [low, high] and follow P(a <= x) = Phi((atanh(y(x)) - mean) /
+    std), y the bounds rescaled to [-1, 1]; the mode is the squashed mean; log-probs (what PPO's
+    ratio uses) are those of the pre-squash Gaussian, where the tanh Jacobian cancels."""
+    from scipy.stats import norm
+    low, high = jnp.array([-2.0, 0.0]), jnp.array([2.0, 1.0])
+    mean, log_std = jnp.array([0.3, -0.5]), jnp.array([0.2, -0.4])
+    d = DiagGaussian(mean, log_std, low, high)
+    u = jax.vmap(d.sample)(jax.random.split(jax.random.PRNGKey(1), 40000))
+    a = np.asarray(d.env_action(u))
+    assert np.all(a >= np.asarray(low)) and np.all(a <= np.asarray(high))
+    assert np.abs(np.asarray(d.env_action(jnp.array([1e4, -1e4]))) - [2.0, 0.0]).max() < 1e-6
+    for i, x in enumerate([0.9, 0.3]):
+        y = 2.0 * (x - float(low[i])) / float(high[i] - low[i]) - 1.0
+        expected = norm.cdf((np.arctanh(y) - float(mean[i])) / np.exp(float(log_std[i])))
+        assert abs(np.mean(a[:, i] <= x) - expected) < 0.01
+    np.testing.assert_allclose(d.env_action(d.mode()), low + (np.tanh(mean) + 1) * (high - low) / 2,
+                               rtol=1e-6)
+    np.testing.assert_allclose(d.log_prob(u[:5]), DiagGaussian(mean, log_std).log_prob(u[:5]))
+    first = u[0]
+    assert DiagGaussian(mean, log_std).env_action(first) is first   # clip: the env clips
+
+
 def test_categorical_log_prob_and_mode():
     d = Categorical(jnp.log(jnp.array([[0.2, 0.5, 0.3]])))
     np.testing.assert_allclose(d.log_prob(jnp.array([2])), np.log([0.3]), rtol=1e-6)
