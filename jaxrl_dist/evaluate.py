@@ -8,6 +8,7 @@ what training does.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import jax
@@ -44,6 +45,8 @@ def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, layout: Lay
     "length_mean"}. The seed key is an argument so one compiled program serves every seed.
     In a population every argument and result has a leading member dimension."""
     layout = layout if isinstance(layout, Layout) else Layout(layout)
+    if layout.members:   # see EnvSpec.lazy_reset
+        spec = dataclasses.replace(spec, lazy_reset=False)
     local_envs = config.eval_episodes // layout.data_size
     max_steps = spec.max_episode_steps
     normalize_obs = config.ppo.normalize_observations

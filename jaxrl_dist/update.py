@@ -18,6 +18,7 @@ environments are spread over devices, which is what makes results topology-invar
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Callable, NamedTuple
 
@@ -107,6 +108,8 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | 
     members on each device (the ``DATA_AXIS`` collectives then reduce each member separately).
     """
     layout = layout if isinstance(layout, Layout) else Layout(layout)
+    if layout.members:   # see EnvSpec.lazy_reset
+        spec = dataclasses.replace(spec, lazy_reset=False)
     p = config.ppo
     nets = make_networks(config.network, spec)
     optimizer, _ = make_optimizer(config, sizes)   # its state's structure (for init)

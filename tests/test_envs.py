@@ -59,6 +59,44 @@ def test_lazy_reset_step_equals_gymnax_step(name):
         assert truncated.any()
 
 
+def test_population_step_under_shard_map_equals_the_lazy_step():
+    """Population programs step each member's environments under vmap inside shard_map (with
+    varying-axis checks). There the lazy reset's cond failed jax 0.10.2's batched-cond rule for
+    a reset that indexes a constant array (Breakout-MinAtar); members reset without the cond
+    (``lazy_reset=False``) and give what the lazy step gives."""
+    import dataclasses
+
+    from jax.sharding import Mesh, PartitionSpec as P
+
+    spec = envs.make_env("Breakout-MinAtar")
+    eager = dataclasses.replace(spec, lazy_reset=False)
+    members, num_envs, num_steps = 2, 3, 40
+    key_reset, key_steps, key_actions = jax.random.split(jax.random.PRNGKey(0), 3)
+    slots = jax.vmap(jax.vmap(lambda k: envs.reset(spec, k)))(
+        jax.random.split(key_reset, members * num_envs).reshape(members, num_envs, -1))
+    keys = envs.step_keys(jax.random.split(key_steps, num_steps * members * num_envs)
+                          ).reshape(num_steps, members, num_envs, 2, -1)
+    actions = jax.random.randint(key_actions, (num_steps, members, num_envs), 0, 3)
+
+    def run(spec):
+        def member(slots, keys, actions):
+            def body(slots, xs):
+                slots, out = envs.step(spec, xs[0], slots, xs[1])
+                return slots, (slots.obs, out.reward, out.terminated)
+            return jax.lax.scan(body, slots, (keys, actions))[1]
+        return jax.vmap(member, in_axes=(0, 1, 1))
+
+    mesh = Mesh(np.array(jax.devices()[:2]).reshape(2, 1), ("member", "data"))
+    sharded = jax.jit(jax.shard_map(run(eager), mesh=mesh, check_vma=True,
+                                    in_specs=(P("member"), P(None, "member"), P(None, "member")),
+                                    out_specs=P("member")))
+    got = sharded(slots, keys, actions)
+    want = jax.jit(run(spec))(slots, keys, actions)
+    assert np.asarray(want[2]).any(), "no episode ended: the reset path was not run"
+    for g, w in zip(got, want):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6)
+
+
 class DoubleReward(GymnaxWrapper):
     """A wrapper with its own step: must be stepped through it, not through step_env."""
 

@@ -66,6 +66,11 @@ class EnvSpec:
     # carries, which those checks reject; the update does not rely on them (gradients are
     # pmean-ed explicitly; tests check the global mean and 1 vs 2 devices per suite).
     check_vma: bool = True
+    # Reset finished environments under ``lax.cond`` only when some did finish. Off (always
+    # reset, then select) for programs vmapped over population members: there vmap turns the
+    # cond into that select anyway, and jax 0.10.2's batched-cond rule fails the varying-axis
+    # checks when a reset indexes a constant array (gymnax's MinAtar Breakout does).
+    lazy_reset: bool = True
 
     @property
     def image_obs(self) -> bool:
@@ -177,8 +182,11 @@ def step(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array
             return (jax.tree.map(pick, state_re, out.state),
                     pick(_float_obs(obs_re), _float_obs(out.obs)))
 
-        state, obs = jax.lax.cond(jnp.any(done), reset_finished,
-                                  lambda: (out.state, _float_obs(out.obs)))
+        if spec.lazy_reset:
+            state, obs = jax.lax.cond(jnp.any(done), reset_finished,
+                                      lambda: (out.state, _float_obs(out.obs)))
+        else:
+            state, obs = reset_finished()
         reward, final_obs = out.reward, out.obs
     done = jnp.logical_or(terminated, truncated)
     reward = jnp.asarray(reward, jnp.float32)
