@@ -26,6 +26,14 @@ def need(suite: str) -> None:
                     f"(pip install -c constraints.txt -e '.[{suite}]')")
 
 
+def within_ci_budget(what: str) -> None:
+    """Tests whose compiles cost more than the CI budget affords on 2 cores run with
+    JAXRL_DIST_FULL_ENV_TESTS=1 (they pass on the development machine: docs/environments.md)."""
+    if not os.environ.get("JAXRL_DIST_FULL_ENV_TESTS"):
+        pytest.skip(f"{what}: over the CI time budget on 2 cores; run with "
+                    f"JAXRL_DIST_FULL_ENV_TESTS=1")
+
+
 # ------------------------------------------------------------------ the library's own step
 
 def _library(suite: str, name: str):
@@ -107,6 +115,8 @@ def test_adapter_step_equals_library_step(suite, name):
     own API: equal observations, rewards and ends until each environment's first episode ends;
     after it, ours has reset (a fresh episode) and kept the final observation."""
     need(suite)
+    if suite == "craftax":
+        within_ci_budget("craftax: two compiles of its step, ~50 s")
     spec = envs.make_env(f"{suite}:{name}")
     lib_reset, lib_step = _library(suite, name)
     E, T = 3, 40
@@ -231,10 +241,9 @@ TOPOLOGY = [("brax:fast", {"episode_length": 16}), ("playground:CartpoleBalance"
             ("craftax:Craftax-Classic-Symbolic-v1", {})]
 
 
-# Compiling MJX's solver or Craftax's world generator for 1 and 2 devices takes ~55 s each on a
-# 2-core machine: more than the suite's CI budget affords. They pass (docs/environments.md) and
-# run with JAXRL_DIST_FULL_ENV_TESTS=1.
-HEAVY = {"playground", "craftax"}
+# In CI: Brax. MJX's solver, Craftax's world generator (~55 s each for 1 and 2 devices),
+# Jumanji (~24 s) and XLand-MiniGrid (~19 s) run with JAXRL_DIST_FULL_ENV_TESTS=1.
+IN_CI = {"brax"}
 
 
 @pytest.mark.slow
@@ -242,10 +251,8 @@ HEAVY = {"playground", "craftax"}
 def test_same_parameters_on_1_and_2_devices(env, extra):
     suite = env.split(":")[0]
     need(suite)
-    if suite in HEAVY and not os.environ.get("JAXRL_DIST_FULL_ENV_TESTS"):
-        pytest.skip(f"{suite}: compiling its physics/world generation for 1 and 2 devices "
-                    f"takes ~55 s on 2 cores, over the CI budget; run with "
-                    f"JAXRL_DIST_FULL_ENV_TESTS=1")
+    if suite not in IN_CI:
+        within_ci_budget(f"{suite}: compiling for 1 and 2 devices")
     config = config_lib.from_dict({"env": env, "num_envs": 4, "num_steps": 8, "seed": 1,
                                    "total_timesteps": 4 * 8 * 2, "updates_per_call": 2,
                                    "ppo": {"update_epochs": 1, "num_minibatches": 2},
@@ -344,9 +351,8 @@ def test_two_launcher_processes_equal_one_process_with_two_devices(env, sets, tm
     from test_launch import _env, run_launcher, summaries
     suite = env.split(":")[0]
     need(suite)
-    if suite != "brax" and not os.environ.get("JAXRL_DIST_FULL_ENV_TESTS"):
-        pytest.skip(f"{suite}: two more multi-process compiles (~40 s each on 2 cores) are over "
-                    f"the CI budget; run with JAXRL_DIST_FULL_ENV_TESTS=1")
+    if suite not in IN_CI:
+        within_ci_budget(f"{suite}: two multi-process compiles, ~40 s each")
     args = [f"env={env}", "num_envs=4", "num_steps=8", "total_timesteps=96", "updates_per_call=3",
             "ppo.num_minibatches=2", "ppo.update_epochs=1", "eval_episodes=2",
             "network.actor_hidden=[16]", "network.critic_hidden=[16]", *sets]
