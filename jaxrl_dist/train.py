@@ -104,6 +104,11 @@ def main(argv: list[str] | None = None) -> int:
     return distributed.EXIT_PREEMPTED if summary["status"] == "preempted" else 0
 
 
+def _num(x: float, scale: float | None = None) -> str:
+    """Returns as read: 500.0, -83.0; small scales (MiniGrid's 0-1) keep their digits."""
+    return f"{x:.1f}" if abs(x if scale is None else scale) >= 10 else f"{x:.3f}"
+
+
 def final_line(summary: dict) -> str:
     """What a person reads last: the final policy's evaluation and whether that solves it."""
     if summary["eval_return"] is None:
@@ -111,15 +116,15 @@ def final_line(summary: dict) -> str:
     if "population" in summary:
         agg, solved = summary["population"]["eval_return"], summary["solved_return"]
         line = (f"{summary['env']}: {agg['n']} members, final evaluation return mean "
-                f"{agg['mean']:.1f} [95% CI {agg['mean_ci'][0]:.1f}, {agg['mean_ci'][1]:.1f}], "
-                f"IQM {agg['iqm']:.1f}, min {agg['min']:.1f} over {summary['eval_episodes']} "
+                f"{_num(agg['mean'])} [95% CI {_num(agg['mean_ci'][0])}, {_num(agg['mean_ci'][1])}]"
+                f", IQM {_num(agg['iqm'])}, min {_num(agg['min'])} over {summary['eval_episodes']} "
                 f"episodes each after {summary['env_steps']:,} env steps")
         if solved is not None:
             verdict = "ALL SOLVED" if agg["solved"] == agg["n"] else "NOT all solved"
             line += f" -> {agg['solved']}/{agg['n']} >= {solved:g}: {verdict}"
         return line
-    line = (f"{summary['env']}: final evaluation return {summary['eval_return']:.1f} "
-            f"± {summary['eval_return_std']:.1f} over {summary['eval_episodes']} episodes "
+    line = (f"{summary['env']}: final evaluation return {_num(summary['eval_return'])} "
+            f"± {_num(summary['eval_return_std'], summary['eval_return'])} over {summary['eval_episodes']} episodes "
             f"after {summary['env_steps']:,} env steps")
     solved = summary["solved_return"]
     if solved is not None:
