@@ -126,6 +126,10 @@ class Config:
                            "(a run always evaluates its final policy)", default=0)
     eval_episodes: int = _doc("global number of evaluation episodes (one per eval env)",
                               default=16)
+    eval_deterministic: bool = _doc("evaluate the policy's mode (argmax / Gaussian mean); false "
+                                    "= sample actions as in training (a greedy policy can loop "
+                                    "in a deterministic world, e.g. Jumanji's Snake)",
+                                    default=True)
     target_return: float | None = _doc("stop early once eval return reaches this; null = off",
                                        default=None)
     solved_return: float | None = _doc("final eval return at which the task counts as solved; "

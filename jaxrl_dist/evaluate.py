@@ -1,6 +1,7 @@
-"""Deterministic evaluation on dedicated environments spread over every device.
+"""Evaluation on dedicated environments spread over every device.
 
-Each eval environment plays ONE episode with the mode of the policy; returns are reduced over
+Each eval environment plays ONE episode with the mode of the policy (or, with
+``eval_deterministic: false``, actions sampled from it); returns are reduced over
 the whole mesh, so every process gets the same mean/std and can take the same decision (early
 stop at a target return). Eval keys come from their own stream, so evaluating does not change
 what training does.
@@ -19,7 +20,7 @@ from jaxrl_dist import envs as envs_lib
 from jaxrl_dist import losses, rollout
 from jaxrl_dist.config import Config
 from jaxrl_dist.envs import EnvSpec
-from jaxrl_dist.networks import Networks
+from jaxrl_dist.networks import Networks, action_noise
 from jaxrl_dist.sharding import DATA_AXIS, Layout
 
 EVAL_STREAM = 0x5EED  # folded into the seed so eval keys never collide with training keys
@@ -50,6 +51,7 @@ def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, layout: Lay
     local_envs = config.eval_episodes // layout.data_size
     max_steps = spec.max_episode_steps
     normalize_obs = config.ppo.normalize_observations
+    deterministic = config.eval_deterministic
 
     def local_eval(params, moments, seed_key, update):
         key = jax.random.fold_in(jax.random.fold_in(seed_key, EVAL_STREAM), update)
@@ -65,8 +67,13 @@ def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, layout: Lay
             t, slots, ret, length, done = carry
             obs = losses.normalize(moments, slots.obs) if normalize_obs else slots.obs
             dist = nets.policy(params, obs, slots.mask)
-            action = dist.env_action(dist.mode())
             keys = rollout.env_keys(jax.random.fold_in(key_steps, t), env_ids)
+            if deterministic:
+                action = dist.mode()
+            else:   # per-environment noise from its own key: the same on any topology
+                action = dist.sample_from_noise(jax.vmap(lambda k: action_noise(
+                    jax.random.fold_in(k, 1), spec.continuous, spec.action_dim))(keys))
+            action = dist.env_action(action)
             slots, out = envs_lib.step(spec, envs_lib.step_keys(keys), slots, action)
             ret = jnp.where(done, ret, ret + out.reward)
             length = jnp.where(done, length, length + 1)

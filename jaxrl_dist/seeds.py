@@ -87,8 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         "final_eval": result["eval_return"].tolist(),
         "curve_steps": result["curve_steps"].tolist(),
         "curve_return": np.nan_to_num(result["curve_return"], nan=-1e9).tolist(),
-        "eval_method": f"greedy (argmax / Gaussian mean) policy, {config.eval_episodes} "
-                       f"episodes per seed",
+        "eval_method": f"{'greedy' if config.eval_deterministic else 'sampled'} policy, "
+                       f"{config.eval_episodes} episodes per seed",
         "wall_s": time.perf_counter() - start, "xla_flags": os.environ.get("XLA_FLAGS", "")}),
         flush=True)
     sys.stdout.flush()

@@ -146,3 +146,23 @@ def test_observation_normalisation_is_global(tiny_config):
     np.testing.assert_allclose(m4.var, m1.var, rtol=1e-4)
     expected_count = 1e-4 + 6 * config.num_envs * config.num_steps
     np.testing.assert_allclose(m1.count, expected_count, rtol=1e-6)
+
+
+def test_sampled_evaluation_is_the_same_on_1_and_2_devices():
+    """eval_deterministic=false samples each eval env's actions from its own keys: the same
+    returns on any topology, and not the greedy policy's."""
+    from jaxrl_dist.evaluate import make_eval_program
+    spec = make_env("CartPole-v1")
+    results = {}
+    for deterministic in (True, False):
+        config = config_lib.from_dict({**TINY, "eval_episodes": 8,
+                                       "eval_deterministic": deterministic})
+        nets = make_networks(config.network, spec)
+        params = nets.init(jax.random.PRNGKey(0))
+        for n in ((1, 2) if not deterministic else (1,)):
+            run = make_eval_program(config, spec, nets, sharding.make_layout(jax.devices()[:n]))
+            out = run(params, losses.init_moments(spec.obs_shape), jax.random.PRNGKey(1),
+                      jnp.int32(0))
+            results[deterministic, n] = [float(out[k]) for k in sorted(out)]
+    np.testing.assert_allclose(results[False, 1], results[False, 2], rtol=1e-6)
+    assert results[False, 1] != results[True, 1]
