@@ -21,7 +21,7 @@ from jaxrl_dist import losses, rollout
 from jaxrl_dist.config import Config
 from jaxrl_dist.envs import EnvSpec
 from jaxrl_dist.networks import Networks, action_noise
-from jaxrl_dist.sharding import DATA_AXIS, Layout
+from jaxrl_dist.sharding import DATA_AXIS, LOCAL_MEMBER_AXIS, Layout
 
 EVAL_STREAM = 0x5EED  # folded into the seed so eval keys never collide with training keys
 
@@ -46,8 +46,8 @@ def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, layout: Lay
     "length_mean"}. The seed key is an argument so one compiled program serves every seed.
     In a population every argument and result has a leading member dimension."""
     layout = layout if isinstance(layout, Layout) else Layout(layout)
-    if layout.members:   # see EnvSpec.lazy_reset
-        spec = dataclasses.replace(spec, lazy_reset=False)
+    if layout.members:   # see EnvSpec.batch_axis
+        spec = dataclasses.replace(spec, batch_axis=LOCAL_MEMBER_AXIS, check_vma=False)
     local_envs = config.eval_episodes // layout.data_size
     max_steps = spec.max_episode_steps
     normalize_obs = config.ppo.normalize_observations
@@ -91,6 +91,7 @@ def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, layout: Lay
                 "return_std": jnp.sqrt(jnp.maximum(sums[1] / sums[3] - jnp.square(mean), 0.0)),
                 "length_mean": sums[2] / sums[3]}
 
-    body = jax.vmap(local_eval) if layout.members else local_eval
+    body = (jax.vmap(local_eval, axis_name=LOCAL_MEMBER_AXIS) if layout.members
+            else local_eval)
     return jax.jit(jax.shard_map(body, mesh=layout.mesh, in_specs=(layout.train,) * 4,
                                  out_specs=layout.train, check_vma=spec.check_vma))

@@ -23,6 +23,8 @@ from jaxrl_dist.config import ConfigError
 
 DATA_AXIS = "data"
 MEMBER_AXIS = "member"
+# The vmap axis over the members held by one device (inside the mesh's member shard).
+LOCAL_MEMBER_AXIS = "local_members"
 
 REPLICATED = P()
 SHARDED = P(DATA_AXIS)

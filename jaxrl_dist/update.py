@@ -36,7 +36,7 @@ from jaxrl_dist.envs import EnvSpec
 from jaxrl_dist.networks import Networks, make_networks
 from jaxrl_dist.optimizer import hyperparameters, make_optimizer
 from jaxrl_dist.population import hparam_name
-from jaxrl_dist.sharding import DATA_AXIS, Layout
+from jaxrl_dist.sharding import DATA_AXIS, LOCAL_MEMBER_AXIS, Layout
 from jaxrl_dist.types import RunState, TrainState
 
 
@@ -108,8 +108,8 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | 
     members on each device (the ``DATA_AXIS`` collectives then reduce each member separately).
     """
     layout = layout if isinstance(layout, Layout) else Layout(layout)
-    if layout.members:   # see EnvSpec.lazy_reset
-        spec = dataclasses.replace(spec, lazy_reset=False)
+    if layout.members:   # see EnvSpec.batch_axis
+        spec = dataclasses.replace(spec, batch_axis=LOCAL_MEMBER_AXIS, check_vma=False)
     p = config.ppo
     nets = make_networks(config.network, spec)
     optimizer, _ = make_optimizer(config, sizes)   # its state's structure (for init)
@@ -275,7 +275,7 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | 
             # batched LAPACK QR deadlocked 2-device CPU programs (jaxlib 0.10.2), and this way
             # member k starts from exactly the single run's parameters.
             return jax.vmap(init_local)(seed_keys, swept, jax.lax.map(init_params, seed_keys))
-        update_body = jax.vmap(update_local, in_axes=(0, None))
+        update_body = jax.vmap(update_local, in_axes=(0, None), axis_name=LOCAL_MEMBER_AXIS)
     else:
         def init_body(seed_key, swept):
             return init_local(seed_key, swept, init_params(seed_key))

@@ -73,17 +73,17 @@ class ConstantIndexReset:
 
 
 def test_population_step_under_shard_map_equals_the_lazy_step():
-    """Population programs step each member's environments under vmap inside shard_map (with
-    varying-axis checks). There the lazy reset's cond failed jax 0.10.2's batched-cond rule for
-    a reset that indexes a constant array (Breakout-MinAtar did); members reset without the cond
-    (``lazy_reset=False``) and give what the lazy step gives."""
+    """Population programs step each member's environments under vmap inside shard_map. The
+    lazy reset's predicate is reduced over the member vmap axis
+    (``batch_axis``) so the reset stays a cond: per member, vmap turned it into a select that
+    reset every step, which jax 0.10.2 also rejected for a reset indexing a constant array
+    (Breakout-MinAtar). Members step as each would alone."""
     import dataclasses
 
     from jax.sharding import Mesh, PartitionSpec as P
 
     spec = envs.EnvSpec(ConstantIndexReset(), "toy", (1,), 2, False)
-    eager = dataclasses.replace(spec, lazy_reset=False)
-    members, num_envs, num_steps = 2, 3, 12
+    members, num_envs, num_steps = 4, 3, 12
     key_reset, key_steps, key_actions = jax.random.split(jax.random.PRNGKey(0), 3)
     slots = jax.vmap(jax.vmap(lambda k: envs.reset(spec, k)))(
         jax.random.split(key_reset, members * num_envs).reshape(members, num_envs, -1))
@@ -91,23 +91,29 @@ def test_population_step_under_shard_map_equals_the_lazy_step():
                           ).reshape(num_steps, members, num_envs, 2, -1)
     actions = jax.random.randint(key_actions, (num_steps, members, num_envs), 0, 2)
 
-    def run(spec):
-        def member(slots, keys, actions):
+    def member(spec):
+        def run(slots, keys, actions):
             def body(slots, xs):
                 slots, out = envs.step(spec, xs[0], slots, xs[1])
                 return slots, (slots.obs, out.reward, out.terminated)
             return jax.lax.scan(body, slots, (keys, actions))[1]
-        return jax.vmap(member, in_axes=(0, 1, 1))
+        return run
 
+    population = jax.vmap(member(dataclasses.replace(spec, batch_axis="m")), (0, 1, 1),
+                          axis_name="m")
     mesh = Mesh(np.array(jax.devices()[:2]).reshape(2, 1), ("member", "data"))
-    sharded = jax.jit(jax.shard_map(run(eager), mesh=mesh, check_vma=True,
+    sharded = jax.jit(jax.shard_map(population, mesh=mesh, check_vma=False,
                                     in_specs=(P("member"), P(None, "member"), P(None, "member")),
                                     out_specs=P("member")))
     got = sharded(slots, keys, actions)
-    want = jax.jit(run(spec))(slots, keys, actions)
-    assert np.asarray(want[2]).sum() >= 4, "too few episode ends: the reset path was not run"
+    alone = [jax.jit(member(spec))(jax.tree.map(lambda x: x[m], slots), keys[:, m],
+                                   actions[:, m]) for m in range(members)]
+    want = [np.stack([a[i] for a in alone]) for i in range(3)]
+    assert want[2].sum() >= 4, "too few episode ends: the reset path was not run"
     for g, w in zip(got, want):
-        np.testing.assert_allclose(np.asarray(g), np.asarray(w), rtol=1e-6)
+        np.testing.assert_allclose(np.asarray(g), w, rtol=1e-6)
+    text = sharded.lower(slots, keys, actions).as_text()
+    assert "stablehlo.case" in text, "the reset is no longer a conditional"
 
 
 class DoubleReward(GymnaxWrapper):

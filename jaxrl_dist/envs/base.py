@@ -66,11 +66,14 @@ class EnvSpec:
     # carries, which those checks reject; the update does not rely on them (gradients are
     # pmean-ed explicitly; tests check the global mean and 1 vs 2 devices per suite).
     check_vma: bool = True
-    # Reset finished environments under ``lax.cond`` only when some did finish. Off (always
-    # reset, then select) for programs vmapped over population members: there vmap turns the
-    # cond into that select anyway, and jax 0.10.2's batched-cond rule fails the varying-axis
-    # checks when a reset indexes a constant array (gymnax's MinAtar Breakout does).
-    lazy_reset: bool = True
+    # The name of an enclosing vmap axis (a population's members on one device). The lazy
+    # reset's "did any environment finish" is then reduced over it, so the reset stays a cond
+    # run only when needed; under vmap a per-member predicate turns the cond into a select that
+    # resets every step (Craftax: ~10x slower), and jax 0.10.2's rule for that fails shard_map's
+    # varying-axis checks when a reset indexes a constant array (MinAtar Breakout). jax 0.10.2
+    # also rejects collectives over a vmap axis under those checks: programs that set this run
+    # with ``check_vma=False``.
+    batch_axis: str | None = None
 
     @property
     def image_obs(self) -> bool:
@@ -182,11 +185,11 @@ def step(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array
             return (jax.tree.map(pick, state_re, out.state),
                     pick(_float_obs(obs_re), _float_obs(out.obs)))
 
-        if spec.lazy_reset:
-            state, obs = jax.lax.cond(jnp.any(done), reset_finished,
-                                      lambda: (out.state, _float_obs(out.obs)))
-        else:
-            state, obs = reset_finished()
+        any_done = jnp.any(done)
+        if spec.batch_axis is not None:
+            any_done = jax.lax.psum(any_done.astype(jnp.int32), spec.batch_axis) > 0
+        state, obs = jax.lax.cond(any_done, reset_finished,
+                                  lambda: (out.state, _float_obs(out.obs)))
         reward, final_obs = out.reward, out.obs
     done = jnp.logical_or(terminated, truncated)
     reward = jnp.asarray(reward, jnp.float32)
