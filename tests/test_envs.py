@@ -72,17 +72,19 @@ class ConstantIndexReset:
         return envs.Step(x, x[None], jnp.float32(1.0), x > 6.0, jnp.bool_(False))
 
 
-def test_population_step_under_shard_map_equals_the_lazy_step():
+@pytest.mark.parametrize("reset_each", [False, True])
+def test_population_step_under_shard_map_equals_the_lazy_step(reset_each):
     """Population programs step each member's environments under vmap inside shard_map. The
     lazy reset's predicate is reduced over the member vmap axis
     (``batch_axis``) so the reset stays a cond: per member, vmap turned it into a select that
     reset every step, which jax 0.10.2 also rejected for a reset indexing a constant array
-    (Breakout-MinAtar). Members step as each would alone."""
+    (Breakout-MinAtar). Members step as each would alone, with finished environments reset all
+    at once or one by one (``reset_each``, for costly resets such as Craftax's)."""
     import dataclasses
 
     from jax.sharding import Mesh, PartitionSpec as P
 
-    spec = envs.EnvSpec(ConstantIndexReset(), "toy", (1,), 2, False)
+    spec = envs.EnvSpec(ConstantIndexReset(), "toy", (1,), 2, False, reset_each=reset_each)
     members, num_envs, num_steps = 4, 3, 12
     key_reset, key_steps, key_actions = jax.random.split(jax.random.PRNGKey(0), 3)
     slots = jax.vmap(jax.vmap(lambda k: envs.reset(spec, k)))(
@@ -106,7 +108,7 @@ def test_population_step_under_shard_map_equals_the_lazy_step():
                                     in_specs=(P("member"), P(None, "member"), P(None, "member")),
                                     out_specs=P("member")))
     got = sharded(slots, keys, actions)
-    alone = [jax.jit(member(spec))(jax.tree.map(lambda x: x[m], slots), keys[:, m],
+    alone = [jax.jit(member(dataclasses.replace(spec, reset_each=False)))(jax.tree.map(lambda x: x[m], slots), keys[:, m],
                                    actions[:, m]) for m in range(members)]
     want = [np.stack([a[i] for a in alone]) for i in range(3)]
     assert want[2].sum() >= 4, "too few episode ends: the reset path was not run"

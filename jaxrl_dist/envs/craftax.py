@@ -7,6 +7,7 @@ counts as the truncation (Craftax does not report the two apart)."""
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,5 +48,6 @@ def make(name: str, episode_length: int | None = None, **kwargs: Any) -> EnvSpec
     params = env.default_params
     if episode_length is not None:
         params = params.replace(max_timesteps=int(episode_length))
-    return spec_from_gymnax(env, params, f"craftax:{name}", CraftaxAdapter(env, params),
+    spec = spec_from_gymnax(env, params, f"craftax:{name}", CraftaxAdapter(env, params),
                             max_episode_steps=int(params.max_timesteps))
+    return dataclasses.replace(spec, reset_each=True)   # world generation is costly
