@@ -108,8 +108,9 @@ def test_population_step_under_shard_map_equals_the_lazy_step(reset_each):
                                     in_specs=(P("member"), P(None, "member"), P(None, "member")),
                                     out_specs=P("member")))
     got = sharded(slots, keys, actions)
-    alone = [jax.jit(member(dataclasses.replace(spec, reset_each=False)))(jax.tree.map(lambda x: x[m], slots), keys[:, m],
-                                   actions[:, m]) for m in range(members)]
+    one = jax.jit(member(dataclasses.replace(spec, reset_each=False)))   # one compile
+    alone = [one(jax.tree.map(lambda x: x[m], slots), keys[:, m], actions[:, m])
+             for m in range(members)]
     want = [np.stack([a[i] for a in alone]) for i in range(3)]
     assert want[2].sum() >= 4, "too few episode ends: the reset path was not run"
     for g, w in zip(got, want):
