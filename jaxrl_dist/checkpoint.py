@@ -66,7 +66,7 @@ class Checkpointer:
         ocp = _ocp()
         self._manager.save(
             int(meta["updates"]),
-            args=ocp.args.Composite(state=ocp.args.StandardSave(state),
+            args=ocp.args.Composite(state=ocp.args.StandardSave(_without_empty(state)),
                                     meta=ocp.args.JsonSave(meta)),
             force=True)
 
@@ -77,7 +77,8 @@ class Checkpointer:
         if step is None:
             raise CheckpointError(f"no checkpoint in {self.directory}")
         target = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), like)
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+            _without_empty(like))
         try:
             with _quiet_stderr_on_failure():
                 restored = self._manager.restore(
@@ -87,11 +88,19 @@ class Checkpointer:
             first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
             raise CheckpointError(f"checkpoint {step} in {self.directory} is unreadable "
                                   f"({type(e).__name__}: {first}); nothing was changed") from None
-        return restored.state, dict(restored.meta)
+        state = jax.tree.map(lambda x, r: x if x.size == 0 else r, like, restored.state)
+        return state, dict(restored.meta)
 
     def close(self) -> None:
         self._manager.wait_until_finished()
         self._manager.close()
+
+
+def _without_empty(tree: Any) -> Any:
+    """The tree with zero-size arrays as None: orbax refuses to save them (MJX physics states
+    have some, e.g. ``act`` of a model without activation states). They hold no data; restore
+    takes them from the state it restores into."""
+    return jax.tree.map(lambda x: None if x.size == 0 else x, tree)
 
 
 @contextlib.contextmanager

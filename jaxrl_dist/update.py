@@ -281,9 +281,13 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | 
             return init_local(seed_key, swept, init_params(seed_key))
         update_body = update_local
     mesh = layout.mesh
+    # out_shardings spelled out: XLA would hand zero-size outputs (MJX states have some)
+    # back replicated in a multi-process job, not in the shardings the update compiles for.
     init_program = jax.jit(jax.shard_map(init_body, mesh=mesh,
                                          in_specs=(layout.train, layout.train), out_specs=specs,
-                                         check_vma=spec.check_vma))
+                                         check_vma=spec.check_vma),
+                           out_shardings=RunState(layout.sharding(layout.train),
+                                                  layout.sharding(layout.envs)))
 
     def init(seed_key: jax.Array, swept: dict[str, jax.Array] | None = None) -> RunState:
         return init_program(seed_key, swept or {})

@@ -338,6 +338,41 @@ def test_short_run_learns_on_every_seed(path, seeds, steps, threshold):
 
 # ------------------------------------------------------------------ multi-process
 
+BUILD_ON_RANK = """
+import sys, jax
+jax.distributed.initialize(sys.argv[1], num_processes=2, process_id=int(sys.argv[2]),
+                           initialization_timeout=60)
+from jaxrl_dist import envs
+spec = envs.make_env(sys.argv[3], episode_length=16)
+jax.jit(lambda key: envs.reset(spec, key)).lower(jax.random.PRNGKey(0))  # reads the model
+print("lowered")
+"""
+
+
+@pytest.mark.parametrize("env", ["brax:inverted_pendulum", "playground:CartpoleBalance"])
+def test_mjx_models_are_built_on_each_process_own_device(env, tmp_path):
+    """mjx.put_model puts a model on jax.devices()[0], process 0's device: built as is, rank 1's
+    Brax/Playground model was unreadable there and no program using it compiled."""
+    import subprocess
+    import sys
+    from jaxrl_dist.bench_collectives import _free_port
+    from test_launch import _env
+    need(env.split(":")[0])
+    script = tmp_path / "build.py"
+    script.write_text(BUILD_ON_RANK)
+    address = f"127.0.0.1:{_free_port()}"
+    procs = [subprocess.Popen([sys.executable, str(script), address, str(rank), env],
+                              env=_env(JAX_PLATFORMS="cpu"), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
+    try:
+        outs = [p.communicate(timeout=120)[0] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for rank, (p, out) in enumerate(zip(procs, outs)):
+        assert p.returncode == 0 and "lowered" in out, f"rank {rank}: {out[-2000:]}"
+
+
 LAUNCHED = [("brax:fast", ["episode_length=16"]), ("xminigrid:MiniGrid-Empty-5x5", []),
             ("jumanji:Maze-v0", []), ("playground:CartpoleBalance", []),
             ("craftax:Craftax-Classic-Symbolic-v1", [])]

@@ -281,3 +281,20 @@ def test_sigterm_saves_at_an_agreed_update_and_resumes(mp_reference, tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"resuming at {meta['updates']}" in proc.stderr
     assert resumed["env_steps"] == 38400 and resumed["status"] == "completed"
+
+
+def test_zero_size_arrays_are_checkpointed_and_restored(tmp_path):
+    """orbax refuses zero-size arrays, which MJX physics states hold (a Playground run failed
+    at its first checkpoint): they are left out of the files and come back from the target."""
+    import jax.numpy as jnp
+    from jaxrl_dist.checkpoint import Checkpointer
+    state = {"a": jnp.arange(3.0), "act": jnp.zeros((4, 0)), "n": {"c": jnp.zeros((0,), int)}}
+    ckpt = Checkpointer(tmp_path / "ckpt")
+    ckpt.save(state, {"updates": 7})
+    restored, meta = ckpt.restore({k: jnp.zeros_like(v) if k == "a" else v
+                                   for k, v in state.items()})
+    ckpt.close()
+    assert meta["updates"] == 7 and np.array_equal(restored["a"], [0.0, 1.0, 2.0])
+    assert restored["act"].shape == (4, 0) and restored["n"]["c"].shape == (0,)
+    saved, _ = read_checkpoint(tmp_path / "ckpt")
+    assert np.array_equal(saved["a"], [0.0, 1.0, 2.0])

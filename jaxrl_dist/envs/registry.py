@@ -3,10 +3,13 @@ working; each other suite is an optional extra, imported only when a config name
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.util
-from typing import Any
+from typing import Any, Iterator
+
+import jax
 
 from jaxrl_dist.envs.base import EnvError, EnvSpec
 
@@ -69,10 +72,29 @@ def make_env(env: Any, env_params: Any = None, *, episode_length: int | None = N
                            "gymnax environments keep their own time limit")
         return module.make(name, env_params, **kwargs)
     try:
-        spec = module.make(name, episode_length=episode_length, **kwargs)
+        with _process_local_devices():
+            spec = module.make(name, episode_length=episode_length, **kwargs)
     except TypeError as e:   # a constructor argument the library does not take
         raise EnvError(f"{env}: bad env_kwargs {sorted(kwargs)}: {e}") from None
     return dataclasses.replace(spec, check_vma=False)   # see EnvSpec.check_vma
+
+
+@contextlib.contextmanager
+def _process_local_devices() -> Iterator[None]:
+    """While an environment is built, ``jax.devices()`` answers this process's own devices.
+
+    ``mujoco.mjx.put_model`` (behind Brax's MJCF loader and every Playground env) puts the model
+    on ``jax.devices()[0]``, which in a multi-process job is process 0's device: every other
+    process would hold model arrays it cannot read, and its programs could not be compiled."""
+    if jax.process_count() == 1:
+        yield
+        return
+    devices = jax.devices
+    jax.devices = lambda backend=None: jax.local_devices(backend=backend)
+    try:
+        yield
+    finally:
+        jax.devices = devices
 
 
 def from_config(config: Any, env: Any = None, env_params: Any = None) -> EnvSpec:
