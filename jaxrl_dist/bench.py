@@ -290,7 +290,8 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / f"{args.what}.json").write_text(json.dumps(record, indent=2) + "\n")
     m = record["machine"]
     runs = (f"{args.num_seeds} seeds per trainer" if args.what in ("learning", "population")
-            else f"{args.repeats} repeat(s)")
+            else f"one run per seed ({len(args.seeds)} seeds) per trainer and device count"
+            if args.what == "brax" else f"{args.repeats} repeat(s)")
     header = (f"{args.what}: {m['cpu']}, {m['cores']} cores, Python {m['python']}, jax "
               f"{m['jax']}; {runs}; `python -m jaxrl_dist.bench "
               f"{' '.join(record['argv'])}` ({started})\n\n")
