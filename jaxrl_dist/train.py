@@ -123,9 +123,9 @@ def final_line(summary: dict) -> str:
             verdict = "ALL SOLVED" if agg["solved"] == agg["n"] else "NOT all solved"
             line += f" -> {agg['solved']}/{agg['n']} >= {solved:g}: {verdict}"
         return line
-    line = (f"{summary['env']}: final evaluation return {_num(summary['eval_return'])} "
-            f"± {_num(summary['eval_return_std'], summary['eval_return'])} over {summary['eval_episodes']} episodes "
-            f"after {summary['env_steps']:,} env steps")
+    mean, std = summary["eval_return"], summary["eval_return_std"]
+    line = (f"{summary['env']}: final evaluation return {_num(mean)} ± {_num(std, mean)} over "
+            f"{summary['eval_episodes']} episodes after {summary['env_steps']:,} env steps")
     solved = summary["solved_return"]
     if solved is not None:
         verdict = "SOLVED" if summary["eval_return"] >= solved else "NOT solved"
