@@ -9,7 +9,6 @@ what training does.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable
 
 import jax
@@ -46,8 +45,7 @@ def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, layout: Lay
     "length_mean"}. The seed key is an argument so one compiled program serves every seed.
     In a population every argument and result has a leading member dimension."""
     layout = layout if isinstance(layout, Layout) else Layout(layout)
-    if layout.members:   # see EnvSpec.batch_axis
-        spec = dataclasses.replace(spec, batch_axis=LOCAL_MEMBER_AXIS, check_vma=False)
+    spec = rollout.spec_in(spec, layout)
     local_envs = config.eval_episodes // layout.data_size
     max_steps = spec.max_episode_steps
     normalize_obs = config.ppo.normalize_observations

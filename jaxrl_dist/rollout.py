@@ -11,6 +11,7 @@ one batched op before the loop, and the critic runs once on all observations aft
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable
 
 import jax
@@ -19,7 +20,16 @@ import jax.numpy as jnp
 from jaxrl_dist import envs as envs_lib
 from jaxrl_dist.envs import EnvSlot, EnvSpec
 from jaxrl_dist.networks import action_noise
+from jaxrl_dist.sharding import LOCAL_MEMBER_AXIS, Layout
 from jaxrl_dist.types import Transition
+
+
+def spec_in(spec: EnvSpec, layout: Layout) -> EnvSpec:
+    """The environment as the programs of ``layout`` step it: with a population's members
+    vmapped on each device, the lazy reset's predicate is reduced over them (EnvSpec.batch_axis)."""
+    if not layout.members:
+        return spec
+    return dataclasses.replace(spec, batch_axis=LOCAL_MEMBER_AXIS, check_vma=False)
 
 
 def env_keys(key: jax.Array, env_ids: jax.Array) -> jax.Array:

@@ -18,7 +18,6 @@ environments are spread over devices, which is what makes results topology-invar
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any, Callable, NamedTuple
 
@@ -108,8 +107,7 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | 
     members on each device (the ``DATA_AXIS`` collectives then reduce each member separately).
     """
     layout = layout if isinstance(layout, Layout) else Layout(layout)
-    if layout.members:   # see EnvSpec.batch_axis
-        spec = dataclasses.replace(spec, batch_axis=LOCAL_MEMBER_AXIS, check_vma=False)
+    spec = rollout.spec_in(spec, layout)
     p = config.ppo
     nets = make_networks(config.network, spec)
     optimizer, _ = make_optimizer(config, sizes)   # its state's structure (for init)
