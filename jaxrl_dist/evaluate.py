@@ -16,10 +16,10 @@ import jax.numpy as jnp
 from jax.sharding import Mesh
 
 from jaxrl_dist import envs as envs_lib
-from jaxrl_dist import losses, rollout
+from jaxrl_dist import rollout
 from jaxrl_dist.config import Config
+from jaxrl_dist.distributions import action_noise
 from jaxrl_dist.envs import EnvSpec
-from jaxrl_dist.networks import Networks, action_noise
 from jaxrl_dist.sharding import DATA_AXIS, LOCAL_MEMBER_AXIS, Layout
 
 EVAL_STREAM = 0x5EED  # folded into the seed so eval keys never collide with training keys
@@ -38,20 +38,22 @@ def _device_varying(tree: Any, axes: tuple[str, ...]) -> Any:
     return jax.tree.map(cast, tree)
 
 
-def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, layout: Layout | Mesh
-                      ) -> Callable[[Any, losses.Moments, jax.Array, jax.Array],
-                                    dict[str, jax.Array]]:
-    """(params, obs moments, seed key, update index) -> {"return_mean", "return_std",
-    "length_mean"}. The seed key is an argument so one compiled program serves every seed.
-    In a population every argument and result has a leading member dimension."""
+def make_eval_program(config: Config, spec: EnvSpec, policy: Callable[..., Any],
+                      layout: Layout | Mesh
+                      ) -> Callable[[Any, jax.Array, jax.Array], dict[str, jax.Array]]:
+    """(acting state, seed key, update index) -> {"return_mean", "return_std", "length_mean"}.
+
+    ``policy(acting state, raw observations [E, *obs], legal-action mask or None)`` is the
+    learner's action distribution (the acting state is whatever it needs: parameters,
+    observation moments). The seed key is an argument so one compiled program serves every
+    seed. In a population every argument and result has a leading member dimension."""
     layout = layout if isinstance(layout, Layout) else Layout(layout)
     spec = rollout.spec_in(spec, layout)
     local_envs = config.eval_episodes // layout.data_size
     max_steps = spec.max_episode_steps
-    normalize_obs = config.ppo.normalize_observations
     deterministic = config.eval_deterministic
 
-    def local_eval(params, moments, seed_key, update):
+    def local_eval(acting, seed_key, update):
         key = jax.random.fold_in(jax.random.fold_in(seed_key, EVAL_STREAM), update)
         env_ids = jax.lax.axis_index(DATA_AXIS) * local_envs + jnp.arange(local_envs)
         key_reset, key_steps = jax.random.split(key)
@@ -63,8 +65,7 @@ def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, layout: Lay
 
         def body(carry):
             t, slots, ret, length, done = carry
-            obs = losses.normalize(moments, slots.obs) if normalize_obs else slots.obs
-            dist = nets.policy(params, obs, slots.mask)
+            dist = policy(acting, slots.obs, slots.mask)
             keys = rollout.env_keys(jax.random.fold_in(key_steps, t), env_ids)
             if deterministic:
                 action = dist.mode()
@@ -91,5 +92,5 @@ def make_eval_program(config: Config, spec: EnvSpec, nets: Networks, layout: Lay
 
     body = (jax.vmap(local_eval, axis_name=LOCAL_MEMBER_AXIS) if layout.members
             else local_eval)
-    return jax.jit(jax.shard_map(body, mesh=layout.mesh, in_specs=(layout.train,) * 4,
+    return jax.jit(jax.shard_map(body, mesh=layout.mesh, in_specs=(layout.train,) * 3,
                                  out_specs=layout.train, check_vma=spec.check_vma))

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from jaxrl_dist import envs as envs_lib
 from jaxrl_dist.envs import EnvSlot, EnvSpec
-from jaxrl_dist.networks import action_noise
+from jaxrl_dist.distributions import action_noise
 from jaxrl_dist.sharding import LOCAL_MEMBER_AXIS, Layout
 from jaxrl_dist.types import Transition
 

@@ -15,12 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_dist import config as config_lib
+from jaxrl_dist.agents import make_learner
 from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist import sharding
 from jaxrl_dist.config import Config
 from jaxrl_dist.envs import from_config as make_env_from_config
-from jaxrl_dist.evaluate import make_eval_program
-from jaxrl_dist.update import make_programs
 
 
 def train_seeds(config: Config, seeds: Sequence[int], *, env: Any = None,
@@ -36,17 +35,16 @@ def train_seeds(config: Config, seeds: Sequence[int], *, env: Any = None,
     layout = sharding.make_layout([device or jax.devices()[0]], members=len(seeds))
     sizes = sizes_lib.derive_sizes(config, 1)
     spec = make_env_from_config(config, env)
-    programs = make_programs(config, sizes, spec, layout)
-    evaluate = make_eval_program(config, spec, programs.nets, layout)
+    learner = make_learner(config, sizes, spec, layout)
     keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray(list(seeds), jnp.uint32))
 
     k = sizes.updates_per_call
     calls = [k] * (sizes.num_updates // k) + ([sizes.num_updates % k] if sizes.num_updates % k
                                                else [])
-    state = programs.init(keys)
+    state = learner.init(keys)
     steps, returns, done, curves = [], [], 0, {}
     for n in calls:
-        state, metrics = programs.update(state, n)
+        state, metrics = learner.update(state, n)
         done += n
         ret = np.asarray(metrics["episode_return_sum"]).sum(1)
         episodes = np.asarray(metrics["episodes"]).sum(1)
@@ -55,7 +53,7 @@ def train_seeds(config: Config, seeds: Sequence[int], *, env: Any = None,
         for name in ("advantage_std", "explained_variance", "entropy", "approx_kl",
                      "clip_fraction", "value_mean"):
             curves.setdefault(name, []).append(np.asarray(metrics[name]).mean(1))
-    final = evaluate(state.train.params, state.train.obs_moments, keys, state.train.update)
+    final = learner.evaluate(state.train, keys)
     params = jax.device_get(state.train.params)
     return {"params": [jax.tree.map(lambda x, i=i: x[i], params) for i in range(len(seeds))],
             "curve_steps": np.asarray(steps), "curve_return": np.stack(returns, 1),

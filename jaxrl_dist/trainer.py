@@ -24,14 +24,13 @@ from jaxrl_dist import compile_cache, distributed, integrity, population, report
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import sharding
 from jaxrl_dist import sizes as sizes_lib
+from jaxrl_dist.agents import Learner, make_learner
 from jaxrl_dist.checkpoint import CheckpointError, Checkpointer, check_compatible
 from jaxrl_dist.config import Config, ConfigError
 from jaxrl_dist.sizes import Sizes
 from jaxrl_dist.envs import from_config as make_env_from_config
 from jaxrl_dist.errors import RunError
-from jaxrl_dist.evaluate import make_eval_program
 from jaxrl_dist.hooks import Hook, HookTable
-from jaxrl_dist.update import Programs, make_programs
 
 param_stats = integrity.param_stats
 
@@ -43,11 +42,11 @@ class Run:
     config: Config
     sizes: Sizes
     layout: sharding.Layout
-    programs: Programs
+    learner: Learner
     env_name: str
     run_dir: Path
-    compiled: dict[int, Any]
-    evaluate: Any
+    compiled: dict[int, Any]       # updates per call -> compiled update program
+    evaluate: Any                  # compiled evaluation program
     seed_keys: Any
     checkpointer: Checkpointer
     reporter: reporting.NullReporter
@@ -124,7 +123,7 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
         rundir.prepare_run_dir(run_dir)
     distributed.barrier("run_dir_checked")
 
-    programs = make_programs(config, sizes, spec, layout)
+    learner = make_learner(config, sizes, spec, layout)
     checkpointer = Checkpointer(ckpt_dir, keep=config.keep_checkpoints)  # imports orbax
     if members:
         keys = np.stack([np.asarray(jax.random.PRNGKey(m.seed)) for m in members])
@@ -136,17 +135,16 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
     # Trace the programs, then compile them on a worker thread (XLA releases the GIL) while
     # this thread runs init and restores a checkpoint. The eval program compiles there too.
     compile_start = time.perf_counter()
-    abstract = programs.abstract_state()
+    abstract = learner.abstract_state()
     k = sizes.updates_per_call
     call_sizes = {k} | ({sizes.num_updates % k} if sizes.num_updates % k else set())
-    lowered = {n: programs.update.lower(abstract, n) for n in sorted(call_sizes)}
-    lowered_eval = make_eval_program(config, spec, programs.nets, layout).lower(
-        abstract.train.params, abstract.train.obs_moments, seed_keys, abstract.train.update)
+    lowered = {n: learner.update.lower(abstract, n) for n in sorted(call_sizes)}
+    lowered_eval = learner.evaluate.lower(abstract.train, seed_keys)
     pool = ThreadPoolExecutor(max_workers=1)
     try:
         pending = {n: pool.submit(low.compile) for n, low in lowered.items()}
         pending_eval = pool.submit(lowered_eval.compile)
-        state = programs.init(seed_keys, swept)
+        state = learner.init(seed_keys, swept)
         updates_done = 0
         if resume:
             if checkpointer.latest_step() is None:
@@ -160,7 +158,7 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
     finally:  # on an error, do not wait for the compile: fail at once
         pool.shutdown(wait=False, cancel_futures=True)
     for n in set(_calls(sizes, updates_done)) - set(compiled):  # resumed off this grid
-        compiled[n] = programs.update.lower(abstract, n).compile()
+        compiled[n] = learner.update.lower(abstract, n).compile()
     jax.block_until_ready(state)
 
     reporter: reporting.NullReporter = reporting.NullReporter()
@@ -168,7 +166,7 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
         reporter = reporting.RunReporter(run_dir, sizes.num_updates * sizes.batch_size, progress)
         if resume:
             reporting.truncate_metrics(run_dir / "metrics.jsonl", updates_done)
-    run = Run(config, sizes, layout, programs, spec.name, run_dir, compiled, evaluate, seed_keys,
+    run = Run(config, sizes, layout, learner, spec.name, run_dir, compiled, evaluate, seed_keys,
               checkpointer, reporter, state, updates_done, updates_done,
               time.perf_counter() - compile_start, start)
     if not resume:
@@ -199,9 +197,7 @@ def loop(run: Run) -> None:
     eval_row: dict[int, dict] = {}
 
     def evaluate(updates: int) -> None:
-        result = run.layout.to_host(run.evaluate(run.state.train.params,
-                                                 run.state.train.obs_moments, run.seed_keys,
-                                                 run.state.train.update))
+        result = run.layout.to_host(run.evaluate(run.state.train, run.seed_keys))
         eval_row[updates] = result
         run.evals.append({"env_steps": updates * sizes.batch_size, **{
             f"eval/{k}": np.atleast_1d(v).astype(float).tolist() for k, v in result.items()}})

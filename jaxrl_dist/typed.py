@@ -100,3 +100,8 @@ def build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
         else:
             kwargs[name] = coerce(prefix + name, tp, value)
     return cls(**kwargs)
+
+
+def doc(text: str, **kwargs: Any) -> Any:
+    """A dataclass field with its ``--help-config`` text."""
+    return dataclasses.field(metadata={"help": text}, **kwargs)

@@ -1,5 +1,5 @@
 """The state pytrees. A run is ONE pytree, :class:`RunState`, so jit, donation, checkpoints and
-fingerprints treat it as a whole: ``train`` is replicated on every device, ``envs`` is sharded
+fingerprints treat it as a whole: ``train`` (the learner's state) is replicated on every device, ``envs`` is sharded
 along the data axis (leading dimension = global environment index)."""
 
 from __future__ import annotations
@@ -9,21 +9,10 @@ from typing import Any, NamedTuple
 import jax
 
 from jaxrl_dist.envs import EnvSlot
-from jaxrl_dist.losses import Moments
-
-
-class TrainState(NamedTuple):
-    params: Any            # {"actor": ..., "critic": ...}
-    opt_state: Any         # optax state
-    obs_moments: Moments   # running observation statistics (global)
-    value_moments: Moments  # running statistics of value targets (global; scalar)
-    key: jax.Array         # uint32[2]; split once per update
-    update: jax.Array      # int32[]; completed updates
-    hparams: Any = {}      # swept hyperparameters {name: f32[]} (empty without a sweep)
 
 
 class RunState(NamedTuple):
-    train: TrainState      # replicated
+    train: Any             # the learner's state (PPO: agents.ppo.update.TrainState); replicated
     envs: EnvSlot          # [num_envs, ...], sharded over devices
 
 

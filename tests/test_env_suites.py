@@ -15,9 +15,10 @@ import pytest
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import envs, rollout, sharding
 from jaxrl_dist import sizes as sizes_lib
-from jaxrl_dist import update
+from jaxrl_dist.agents import make_learner
+from jaxrl_dist.agents.ppo.networks import make_networks
 from jaxrl_dist.envs import registry
-from jaxrl_dist.networks import Categorical
+from jaxrl_dist.distributions import Categorical
 
 
 def need(suite: str) -> None:
@@ -185,7 +186,7 @@ def test_truncation_keeps_final_observation_and_bootstraps():
     spec = envs.make_env("brax:fast", episode_length=L)
     wrapped = brax_envs.create("fast", episode_length=L, auto_reset=False)
     slots = jax.vmap(lambda k: envs.reset(spec, k))(jax.random.split(jax.random.PRNGKey(0), 2))
-    from jaxrl_dist.networks import DiagGaussian
+    from jaxrl_dist.distributions import DiagGaussian
     # a near-deterministic policy pushing forward (action 1)
     policy = lambda obs, mask: DiagGaussian(jnp.ones((obs.shape[0], 1)),  # noqa: E731
                                             jnp.full((obs.shape[0], 1), -20.0))
@@ -219,7 +220,7 @@ def test_action_masks_are_never_violated():
                                    "total_timesteps": 8 * 64})
     spec = envs.from_config(config)
     assert spec.masked and spec.action_dim == 4
-    nets = update.make_networks(config.network, spec)
+    nets = make_networks(config.network, spec)
     params = nets.init(jax.random.PRNGKey(0))
     # a policy that strongly prefers action 0 whatever the mask: masking must overrule it
     policy = lambda obs, mask: Categorical(  # noqa: E731
@@ -264,7 +265,7 @@ def test_same_parameters_on_1_and_2_devices(env, extra):
     results = []
     for n in (1, 2):
         layout = sharding.make_layout(jax.devices()[:n])
-        programs = update.make_programs(config, sizes_lib.derive_sizes(config, n), spec, layout)
+        programs = make_learner(config, sizes_lib.derive_sizes(config, n), spec, layout)
         state, _ = programs.update(programs.init(jax.random.PRNGKey(config.seed)), 2)
         results.append(sharding.to_host(state.train.params))
     for a, b in zip(jax.tree.leaves(results[0]), jax.tree.leaves(results[1])):

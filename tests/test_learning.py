@@ -7,7 +7,8 @@ import pytest
 from conftest import TINY
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import sizes as sizes_lib
-from jaxrl_dist import sharding, update
+from jaxrl_dist import sharding
+from jaxrl_dist.agents import make_learner
 from jaxrl_dist.envs import make_env
 from jaxrl_dist.seeds import train_seeds
 
@@ -18,7 +19,7 @@ def test_each_seed_of_the_vmapped_program_equals_its_single_run():
     result = train_seeds(config, [3, 11])
     mesh = sharding.make_mesh(jax.devices()[:1])
     sizes = sizes_lib.derive_sizes(config, 1)
-    programs = update.make_programs(config, sizes, make_env(config.env), mesh)
+    programs = make_learner(config, sizes, make_env(config.env), mesh)
     for i, seed in enumerate([3, 11]):
         state = programs.init(jax.random.PRNGKey(seed))
         for _ in range(sizes.num_updates // config.updates_per_call):

@@ -6,8 +6,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from jaxrl_dist import losses
-from jaxrl_dist.networks import Categorical, DiagGaussian
+from jaxrl_dist import running_stats
+from jaxrl_dist.agents.ppo import losses
+from jaxrl_dist.distributions import Categorical, DiagGaussian
 
 
 def gae_reference(r, v, done, v_last, gamma, lam):
@@ -143,11 +144,11 @@ def test_categorical_samples_follow_the_probabilities():
 def test_merged_moments_equal_moments_of_concatenation(splits):
     rng = np.random.default_rng(1)
     data = rng.normal(2.0, 3.0, size=(sum(splits), 3)).astype(np.float32)
-    m = losses.Moments(jnp.zeros(3), jnp.ones(3), jnp.float32(0.0))
+    m = running_stats.Moments(jnp.zeros(3), jnp.ones(3), jnp.float32(0.0))
     start = 0
     for n in splits:
         chunk = data[start:start + n]
         start += n
-        m = losses.merge_moments(m, chunk.mean(0), chunk.var(0), jnp.float32(n))
+        m = running_stats.merge_moments(m, chunk.mean(0), chunk.var(0), jnp.float32(n))
     np.testing.assert_allclose(m.mean, data.mean(0), rtol=1e-5)
     np.testing.assert_allclose(m.var, data.var(0), rtol=1e-4)

@@ -11,7 +11,8 @@ import numpy as np
 from conftest import TINY
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import sizes as sizes_lib
-from jaxrl_dist import losses, sharding, update
+from jaxrl_dist import running_stats, sharding
+from jaxrl_dist.agents import make_learner
 from jaxrl_dist.envs import make_env
 
 
@@ -19,7 +20,7 @@ def _train(overrides, num_devices):
     config = config_lib.from_dict({**TINY, "ppo": {**TINY["ppo"], **overrides}})
     mesh = sharding.make_mesh(jax.devices()[:num_devices])
     sizes = sizes_lib.derive_sizes(config, num_devices)
-    programs = update.make_programs(config, sizes, make_env(config.env), mesh)
+    programs = make_learner(config, sizes, make_env(config.env), mesh)
     state = programs.init(jax.random.PRNGKey(config.seed))
     rows = []
     for _ in range(sizes.num_updates // config.updates_per_call):
@@ -35,11 +36,11 @@ def _leaves_close(a, b, rtol):
 
 
 def test_standardize_denormalize_round_trip():
-    m = losses.merge_moments(losses.init_moments(()), jnp.float32(40.0), jnp.float32(9.0),
+    m = running_stats.merge_moments(running_stats.init_moments(()), jnp.float32(40.0), jnp.float32(9.0),
                              jnp.float32(1000.0))
     x = jnp.array([-3.0, 40.0, 100.0])
-    np.testing.assert_allclose(losses.denormalize(m, losses.standardize(m, x)), x, rtol=1e-5)
-    np.testing.assert_allclose(losses.standardize(m, jnp.float32(43.0)), 1.0, rtol=1e-3)
+    np.testing.assert_allclose(running_stats.denormalize(m, running_stats.standardize(m, x)), x, rtol=1e-5)
+    np.testing.assert_allclose(running_stats.standardize(m, jnp.float32(43.0)), 1.0, rtol=1e-3)
 
 
 def test_kl_early_stop_skips_the_rest_of_the_update():

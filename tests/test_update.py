@@ -8,11 +8,13 @@ import pytest
 
 from conftest import TINY
 from jaxrl_dist import config as config_lib
-from jaxrl_dist import optimizer as optimizer_lib
 from jaxrl_dist import sizes as sizes_lib
-from jaxrl_dist import losses, sharding, update
+from jaxrl_dist import sharding
+from jaxrl_dist.agents import make_learner
+from jaxrl_dist.agents.ppo import losses, update
+from jaxrl_dist.agents.ppo import optimizer as optimizer_lib
 from jaxrl_dist.envs import make_env
-from jaxrl_dist.networks import make_networks
+from jaxrl_dist.agents.ppo.networks import make_networks
 from jaxrl_dist.sharding import DATA_AXIS, REPLICATED, SHARDED
 
 
@@ -108,7 +110,7 @@ def test_grad_of_local_loss_is_the_device_sum_the_trap(setup):
 def _train_params(config, num_devices):
     mesh = sharding.make_mesh(jax.devices()[:num_devices])
     sizes = sizes_lib.derive_sizes(config, num_devices)
-    programs = update.make_programs(config, sizes, make_env(config.env), mesh)
+    programs = make_learner(config, sizes, make_env(config.env), mesh)
     state = programs.init(jax.random.PRNGKey(config.seed))
     metrics = None
     for _ in range(sizes.num_updates // config.updates_per_call):
@@ -160,9 +162,9 @@ def test_sampled_evaluation_is_the_same_on_1_and_2_devices():
         nets = make_networks(config.network, spec)
         params = nets.init(jax.random.PRNGKey(0))
         for n in ((1, 2) if not deterministic else (1,)):
-            run = make_eval_program(config, spec, nets, sharding.make_layout(jax.devices()[:n]))
-            out = run(params, losses.init_moments(spec.obs_shape), jax.random.PRNGKey(1),
-                      jnp.int32(0))
+            run = make_eval_program(config, spec, lambda p, obs, mask: nets.policy(p, obs, mask),
+                                    sharding.make_layout(jax.devices()[:n]))
+            out = run(params, jax.random.PRNGKey(1), jnp.int32(0))
             results[deterministic, n] = [float(out[k]) for k in sorted(out)]
     np.testing.assert_allclose(results[False, 1], results[False, 2], rtol=1e-6)
     assert results[False, 1] != results[True, 1]

@@ -1,4 +1,5 @@
-"""The one place with collectives: the PPO update as one SPMD program over the global mesh.
+"""PPO's update for ONE member, written for the body of a ``shard_map`` over the data axis: the
+only place with the update's collectives (:mod:`.learner` wraps it into programs).
 
 Each device runs the body of :func:`jax.shard_map` on its shard of the environments; parameters
 and optimizer state are replicated. Collectives over ``DATA_AXIS`` make every statistic global:
@@ -25,18 +26,30 @@ import jax
 import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
-from jax.sharding import Mesh
 
 from jaxrl_dist import envs as envs_lib
-from jaxrl_dist import losses, rollout
+from jaxrl_dist import rollout, running_stats
+from jaxrl_dist.agents.ppo import losses
+from jaxrl_dist.agents.ppo.networks import Networks
+from jaxrl_dist.agents.ppo.optimizer import hyperparameters, make_optimizer
 from jaxrl_dist.config import Config
-from jaxrl_dist.sizes import Sizes
 from jaxrl_dist.envs import EnvSpec
-from jaxrl_dist.networks import Networks, make_networks
-from jaxrl_dist.optimizer import hyperparameters, make_optimizer
-from jaxrl_dist.population import hparam_name
-from jaxrl_dist.sharding import DATA_AXIS, LOCAL_MEMBER_AXIS, Layout
-from jaxrl_dist.types import RunState, TrainState
+from jaxrl_dist.running_stats import Moments
+from jaxrl_dist.sharding import DATA_AXIS, Layout
+from jaxrl_dist.sizes import Sizes
+from jaxrl_dist.types import RunState
+
+
+class TrainState(NamedTuple):
+    """PPO's learner state (replicated over the data axis)."""
+
+    params: Any            # {"actor": ..., "critic": ...}
+    opt_state: Any         # optax state
+    obs_moments: Moments   # running observation statistics (global)
+    value_moments: Moments  # running statistics of value targets (global; scalar)
+    key: jax.Array         # uint32[2]; split once per update
+    update: jax.Array      # int32[]; completed updates
+    hparams: Any = {}      # swept hyperparameters {name: f32[]} (empty without a sweep)
 
 
 def advantage_sums(advantage: jax.Array) -> jax.Array:
@@ -85,61 +98,53 @@ def make_sgd_step(config: Config, nets: Networks, optimizer: optax.GradientTrans
     return sgd_step
 
 
-class Programs(NamedTuple):
-    """The jitted programs of a run; all take and return global arrays."""
-
-    init: Callable[..., RunState]   # (seed key(s), swept hparams) -> state; seeds are arguments
-    update: Callable[[RunState, int], tuple[RunState, dict[str, jax.Array]]]
-    nets: Networks
-    abstract_state: Callable[[], RunState]   # shapes + shardings of init()'s result
-    layout: Layout
-
-
-def _local_env_ids(num_local: int) -> jax.Array:
+def local_env_ids(num_local: int) -> jax.Array:
+    """Global indices of this device's environments (inside the shard_map)."""
     return jax.lax.axis_index(DATA_AXIS) * num_local + jnp.arange(num_local)
 
 
-def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | Mesh
-                  ) -> Programs:
-    """Build init and the K-updates-per-call update program over the layout's mesh.
+def make_init_fn(config: Config, sizes: Sizes, spec: EnvSpec, nets: Networks) -> Callable:
+    """(seed key, swept hparams, params) -> RunState of one member on this device. Parameters
+    come in separately so a population can build them member by member (see learner.py)."""
+    optimizer, _ = make_optimizer(config, sizes)   # its state's structure
 
-    The body below is written for ONE member; a population runs it under ``vmap`` over the
-    members on each device (the ``DATA_AXIS`` collectives then reduce each member separately).
-    """
-    layout = layout if isinstance(layout, Layout) else Layout(layout)
-    spec = rollout.spec_in(spec, layout)
-    p = config.ppo
-    nets = make_networks(config.network, spec)
-    optimizer, _ = make_optimizer(config, sizes)   # its state's structure (for init)
-    T, E, M = config.num_steps, sizes.local_envs, p.num_minibatches
-
-    # ---------------------------------------------------------------------------- init
-    def init_params(seed_key: jax.Array):
-        return nets.init(jax.random.split(seed_key, 3)[0])
-
-    def init_local(seed_key: jax.Array, swept: dict[str, jax.Array], params) -> RunState:
+    def init(seed_key: jax.Array, swept: dict[str, jax.Array], params: Any) -> RunState:
         _, key_envs, key_train = jax.random.split(seed_key, 3)
-        env_ids = _local_env_ids(E)
+        env_ids = local_env_ids(sizes.local_envs)
         slots = jax.vmap(lambda k: envs_lib.reset(spec, k))(rollout.env_keys(key_envs, env_ids))
-        train = TrainState(params, optimizer.init(params), losses.init_moments(spec.obs_shape),
-                           losses.init_moments(()), key_train, jnp.int32(0), swept)
+        train = TrainState(params, optimizer.init(params),
+                           running_stats.init_moments(spec.obs_shape),
+                           running_stats.init_moments(()), key_train, jnp.int32(0), swept)
         return RunState(train, slots)
 
-    # ---------------------------------------------------------------------------- update
+    return init
+
+
+def init_params(nets: Networks, seed_key: jax.Array) -> Any:
+    return nets.init(jax.random.split(seed_key, 3)[0])
+
+
+def make_update_fn(config: Config, sizes: Sizes, spec: EnvSpec, nets: Networks, layout: Layout
+                   ) -> Callable[[RunState, Any], tuple[RunState, dict[str, jax.Array]]]:
+    """(RunState, _) -> (RunState, metrics): one update of one member on this device, in the
+    form ``lax.scan`` takes."""
+    p = config.ppo
+    T, E, M = config.num_steps, sizes.local_envs, p.num_minibatches
+
     def one_update(state: RunState, _) -> tuple[RunState, dict[str, jax.Array]]:
         train = state.train
         hp = hyperparameters(config, train.hparams)
         optimizer, schedule = make_optimizer(config, sizes, train.hparams)
         sgd_step = make_sgd_step(config, nets, optimizer, hp=train.hparams)
-        env_ids = _local_env_ids(E)
+        env_ids = local_env_ids(E)
         key, key_rollout, key_shuffle = jax.random.split(train.key, 3)
 
         def normalize_fn(x):
-            return losses.normalize(train.obs_moments, x) if p.normalize_observations else x
+            return running_stats.normalize(train.obs_moments, x) if p.normalize_observations else x
 
         def value_fn(obs):  # in return units, whatever the critic's own scale
             value = nets.value(train.params, normalize_fn(obs))
-            return losses.denormalize(train.value_moments, value) if p.normalize_values else value
+            return running_stats.denormalize(train.value_moments, value) if p.normalize_values else value
 
         # COLLECT TRAJECTORIES
         slots, traj = rollout.collect(
@@ -195,10 +200,10 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | 
         # VALUE TARGETS in the critic's scale: moments updated with this rollout's targets
         # (always tracked; used by the critic only with normalize_values)
         target_var = jnp.maximum(m[4] / n - jnp.square(m[3] / n), 0.0)
-        value_moments = losses.merge_moments(train.value_moments, m[3] / n + shift,
+        value_moments = running_stats.merge_moments(train.value_moments, m[3] / n + shift,
                                              target_var, n)
         if p.normalize_values:
-            scale = functools.partial(losses.standardize, value_moments)
+            scale = functools.partial(running_stats.standardize, value_moments)
         else:
             scale = lambda x: x  # noqa: E731
         data = losses.LossInputs(normalize_fn(traj.obs), traj.action, traj.log_prob,
@@ -237,7 +242,7 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | 
             count = jnp.float32(obs.shape[0] * layout.data_size)
             mean = sums["obs"][0] / count
             var = jnp.maximum(sums["obs"][1] / count - jnp.square(mean), 0.0)
-            moments = losses.merge_moments(moments, mean, var, count)
+            moments = running_stats.merge_moments(moments, mean, var, count)
 
         # METRICS
         residual_var = m[6] / n - jnp.square(m[5] / n)
@@ -263,54 +268,4 @@ def make_programs(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | 
                                train.hparams)
         return RunState(new_train, slots), metrics
 
-    def update_local(state: RunState, num_updates: int):
-        return jax.lax.scan(one_update, state, None, length=num_updates)
-
-    specs = RunState(layout.train, layout.envs)
-    if layout.members:   # the same bodies, vmapped over this device's members
-        def init_body(seed_keys, swept):
-            # Parameters member by member (lax.map, not vmap): the orthogonal initializer's
-            # batched LAPACK QR deadlocked 2-device CPU programs (jaxlib 0.10.2), and this way
-            # member k starts from exactly the single run's parameters.
-            return jax.vmap(init_local)(seed_keys, swept, jax.lax.map(init_params, seed_keys))
-        update_body = jax.vmap(update_local, in_axes=(0, None), axis_name=LOCAL_MEMBER_AXIS)
-    else:
-        def init_body(seed_key, swept):
-            return init_local(seed_key, swept, init_params(seed_key))
-        update_body = update_local
-    mesh = layout.mesh
-    # out_shardings spelled out: XLA would hand zero-size outputs (MJX states have some)
-    # back replicated in a multi-process job, not in the shardings the update compiles for.
-    init_program = jax.jit(jax.shard_map(init_body, mesh=mesh,
-                                         in_specs=(layout.train, layout.train), out_specs=specs,
-                                         check_vma=spec.check_vma),
-                           out_shardings=RunState(layout.sharding(layout.train),
-                                                  layout.sharding(layout.envs)))
-
-    def init(seed_key: jax.Array, swept: dict[str, jax.Array] | None = None) -> RunState:
-        return init_program(seed_key, swept or {})
-
-    def update(state: RunState, num_updates: int):
-        body = jax.shard_map(lambda s: update_body(s, num_updates), mesh=mesh,
-                             in_specs=(specs,), out_specs=(specs, layout.train),
-                             check_vma=spec.check_vma)
-        return body(state)
-
-    update = jax.jit(update, static_argnums=1, donate_argnums=0)
-
-    def abstract_state() -> RunState:
-        """What init() returns, as ShapeDtypeStructs with shardings: lets the update program
-        compile without (and concurrently with) running init."""
-        lead = (layout.members,) if layout.members else ()
-        key = jax.ShapeDtypeStruct((*lead, 2), jnp.uint32)
-        swept = {hparam_name(k): jax.ShapeDtypeStruct(lead, jnp.float32)
-                 for k in config.population.sweep}
-        shapes = jax.eval_shape(init, key, swept)
-
-        def like(tree, spec):
-            return jax.tree.map(lambda x: jax.ShapeDtypeStruct(
-                x.shape, x.dtype, sharding=layout.sharding(spec)), tree)
-
-        return RunState(like(shapes.train, layout.train), like(shapes.envs, layout.envs))
-
-    return Programs(init, update, nets, abstract_state, layout)
+    return one_update

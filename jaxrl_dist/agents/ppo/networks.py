@@ -1,6 +1,5 @@
-"""Actor and critic networks (flax): an observation torso (MLP, or a CNN for [H, W, C] grids and
-images) and the action distributions PPO needs (a categorical that honours legal-action masks,
-a diagonal Gaussian, optionally squashed into the action bounds by tanh).
+"""PPO's actor and critic networks (flax): an observation torso (MLP, or a CNN for [H, W, C] grids
+and images) and a head that returns an action distribution (:mod:`jaxrl_dist.distributions`).
 
 Networks hold no RNG state and know nothing about sharding; parameters are one plain pytree
 ``{"actor": ..., "critic": ...}`` so the optimizer, checkpoints and fingerprints see one tree.
@@ -15,84 +14,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_dist.config import NetworkConfig
+from jaxrl_dist.agents.ppo.config import NetworkConfig
+from jaxrl_dist.distributions import Categorical, DiagGaussian
 from jaxrl_dist.envs import EnvSpec
-
-_LOG_2PI = float(np.log(2.0 * np.pi))
-# Logit of an illegal action: finite, so softmax, entropy and log-probs stay NaN-free.
-MASKED_LOGIT = -1e9
-
-
-def action_noise(key: jax.Array, continuous: bool, action_dim: int) -> jax.Array:
-    """The randomness of one action draw, separate from the distribution so a rollout can draw
-    all of it in one batched op before its loop (per-step RNG ops dominate small rollouts)."""
-    if continuous:
-        return jax.random.normal(key, (action_dim,))
-    return jax.random.gumbel(key, (action_dim,))
-
-
-class Categorical(NamedTuple):
-    logits: jax.Array   # [..., A]
-
-    def masked(self, mask: jax.Array | None) -> "Categorical":
-        """Illegal actions (``mask`` False) get probability 0: never sampled, never the mode."""
-        return self if mask is None else Categorical(jnp.where(mask, self.logits, MASKED_LOGIT))
-
-    def sample(self, key: jax.Array) -> jax.Array:
-        return self.sample_from_noise(action_noise(key, False, self.logits.shape[-1]))
-
-    def sample_from_noise(self, gumbel: jax.Array) -> jax.Array:
-        """Gumbel-max: argmax(logits + Gumbel noise) is a draw from softmax(logits)."""
-        return jnp.argmax(self.logits + gumbel, axis=-1)
-
-    def mode(self) -> jax.Array:
-        return jnp.argmax(self.logits, axis=-1)
-
-    def env_action(self, action: jax.Array) -> jax.Array:
-        return action
-
-    def log_prob(self, action: jax.Array) -> jax.Array:
-        logp = jax.nn.log_softmax(self.logits)
-        return jnp.take_along_axis(logp, action[..., None].astype(jnp.int32), axis=-1)[..., 0]
-
-    def entropy(self) -> jax.Array:
-        logp = jax.nn.log_softmax(self.logits)
-        return -jnp.sum(jnp.exp(logp) * logp, axis=-1)
-
-
-class DiagGaussian(NamedTuple):
-    """A Gaussian over the pre-squash action u. With bounds (``low``/``high``), the environment
-    receives low + (tanh(u) + 1) (high - low) / 2; without, u itself (clipped by the environment).
-
-    Transitions store u, so PPO's ratio pi_new(a) / pi_old(a) is exactly N_new(u) / N_old(u): the
-    tanh Jacobian depends on u only and cancels. The entropy bonus is u's Gaussian entropy (Brax
-    adds a one-sample estimate of the Jacobian term; not done here)."""
-
-    mean: jax.Array      # [..., A]
-    log_std: jax.Array   # [..., A]
-    low: Any = None      # [A] bounds of a tanh-squashed action, else None
-    high: Any = None
-
-    def sample(self, key: jax.Array) -> jax.Array:
-        return self.sample_from_noise(jax.random.normal(key, self.mean.shape))
-
-    def sample_from_noise(self, normal: jax.Array) -> jax.Array:
-        return self.mean + jnp.exp(self.log_std) * normal
-
-    def mode(self) -> jax.Array:
-        return self.mean
-
-    def env_action(self, u: jax.Array) -> jax.Array:
-        if self.low is None:
-            return u
-        return self.low + (jnp.tanh(u) + 1.0) * (0.5 * (self.high - self.low))
-
-    def log_prob(self, action: jax.Array) -> jax.Array:
-        z = (action - self.mean) * jnp.exp(-self.log_std)
-        return jnp.sum(-0.5 * z**2 - self.log_std - 0.5 * _LOG_2PI, axis=-1)
-
-    def entropy(self) -> jax.Array:
-        return jnp.sum(self.log_std + 0.5 * (1.0 + _LOG_2PI), axis=-1)
 
 
 def _tanh_bounds(config: NetworkConfig, spec: EnvSpec):

@@ -1,0 +1,102 @@
+"""The PPO section of a run's config (``ppo:`` and ``network:``) and its checks. jax-free: the CLI
+reads and checks a config before jax is imported."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from jaxrl_dist.errors import ConfigError
+from jaxrl_dist.typed import doc as _doc
+
+ACTIVATIONS = ("tanh", "relu", "gelu", "silu", "elu")
+BOUNDED_ACTIONS = ("clip", "tanh")
+TORSOS = ("auto", "mlp", "cnn")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PPOConfig:
+    gamma: float = _doc("discount factor", default=0.99)
+    gae_lambda: float = _doc("GAE(lambda) bias/variance trade-off", default=0.95)
+    clip_eps: float = _doc("PPO ratio clip range", default=0.2)
+    vf_clip_eps: float | None = _doc("value-loss clip range around the old value; null = off",
+                                     default=None)
+    ent_coef: float = _doc("entropy bonus coefficient", default=0.01)
+    vf_coef: float = _doc("value-loss coefficient", default=0.5)
+    max_grad_norm: float = _doc("global-norm gradient clipping", default=0.5)
+    learning_rate: float = _doc("Adam learning rate (initial, if annealed)", default=2.5e-4)
+    anneal_lr: bool = _doc("linearly anneal the learning rate to 0 over training", default=True)
+    adam_eps: float = _doc("Adam epsilon", default=1e-5)
+    update_epochs: int = _doc("passes over each rollout", default=4)
+    num_minibatches: int = _doc("global minibatches per epoch (must divide num_steps)", default=4)
+    normalize_advantages: bool = _doc("normalise advantages over the global minibatch",
+                                      default=True)
+    normalize_observations: bool = _doc("running observation normalisation (global moments)",
+                                        default=False)
+    bootstrap_truncation: bool = _doc("bootstrap V(final obs) at time-limit truncations",
+                                      default=True)
+    normalize_values: bool = _doc("critic learns value targets normalised by their running "
+                                  "global mean/std (without it, CartPole's late collapse: "
+                                  "docs/learning.md)", default=True)
+    target_kl: float | None = _doc("skip an update's remaining SGD steps once a minibatch's "
+                                   "global approx KL exceeds 1.5 x target_kl; null = off",
+                                   default=None)
+    anneal_clip_eps: bool = _doc("linearly anneal clip_eps to 0 over training", default=False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkConfig:
+    actor_hidden: tuple[int, ...] = _doc("actor MLP hidden sizes", default=(64, 64))
+    critic_hidden: tuple[int, ...] = _doc("critic MLP hidden sizes", default=(64, 64))
+    activation: str = _doc(f"hidden activation, one of {', '.join(ACTIVATIONS)}", default="tanh")
+    torso: str = _doc("observation encoder: cnn (3x3 convolutions, for [H, W, C] grids and "
+                      "images), mlp (flattens), auto = cnn for [H, W, C] observations",
+                      default="auto")
+    cnn_channels: tuple[int, ...] = _doc("channels of the CNN torso's 3x3 conv layers (stride 1,"
+                                         " ReLU), before the hidden layers", default=(16,))
+    bounded_actions: str = _doc("continuous actions with bounds: clip (a Gaussian, clipped by the "
+                                "environment) or tanh (a Gaussian squashed into the bounds)",
+                                default="clip")
+
+
+# Keys a population may sweep: each is a scalar of the update's math, so members differ only in
+# array values and ONE compiled program serves the whole sweep. Anything else (sizes, network,
+# flags) changes shapes or the program itself.
+SWEEPABLE = ("ppo.learning_rate", "ppo.ent_coef", "ppo.clip_eps", "ppo.gamma", "ppo.gae_lambda",
+             "ppo.vf_coef", "ppo.max_grad_norm")
+
+
+def _require(ok: bool, message: str) -> None:
+    if not ok:
+        raise ConfigError(message)
+
+
+def check(p: PPOConfig, n: NetworkConfig, num_steps: int) -> None:
+    """Each value in range, and minibatches that split a rollout evenly."""
+    _require(p.update_epochs >= 1, f"ppo.update_epochs must be >= 1, got {p.update_epochs}")
+    _require(p.num_minibatches >= 1, f"ppo.num_minibatches must be >= 1, got {p.num_minibatches}")
+    _require(num_steps % p.num_minibatches == 0,
+             f"num_steps ({num_steps}) must be divisible by ppo.num_minibatches "
+             f"({p.num_minibatches}): each minibatch takes num_steps/num_minibatches steps of "
+             f"every environment")
+    _require(0.0 <= p.gamma <= 1.0, f"ppo.gamma must be in [0, 1], got {p.gamma}")
+    _require(0.0 <= p.gae_lambda <= 1.0, f"ppo.gae_lambda must be in [0, 1], got {p.gae_lambda}")
+    _require(p.clip_eps > 0, f"ppo.clip_eps must be > 0, got {p.clip_eps}")
+    _require(p.vf_clip_eps is None or p.vf_clip_eps > 0,
+             f"ppo.vf_clip_eps must be > 0 or null, got {p.vf_clip_eps}")
+    _require(p.target_kl is None or p.target_kl > 0,
+             f"ppo.target_kl must be > 0 or null, got {p.target_kl}")
+    _require(p.learning_rate > 0, f"ppo.learning_rate must be > 0, got {p.learning_rate}")
+    _require(p.max_grad_norm > 0, f"ppo.max_grad_norm must be > 0, got {p.max_grad_norm}")
+    for name in ("ent_coef", "vf_coef"):
+        _require(getattr(p, name) >= 0, f"ppo.{name} must be >= 0, got {getattr(p, name)}")
+    _require(n.activation in ACTIVATIONS,
+             f"network.activation must be one of {', '.join(ACTIVATIONS)}, got {n.activation!r}")
+    _require(n.bounded_actions in BOUNDED_ACTIONS,
+             f"network.bounded_actions must be one of {', '.join(BOUNDED_ACTIONS)}, "
+             f"got {n.bounded_actions!r}")
+    _require(n.torso in TORSOS,
+             f"network.torso must be one of {', '.join(TORSOS)}, got {n.torso!r}")
+    for name in ("actor_hidden", "critic_hidden", "cnn_channels"):
+        sizes = getattr(n, name)
+        _require(all(s >= 1 for s in sizes),
+                 f"network.{name} sizes must be >= 1, got {list(sizes)}")
