@@ -21,6 +21,7 @@ import numpy as np
 
 import jaxrl_dist
 from jaxrl_dist import compile_cache, distributed, integrity, population, reporting, rundir
+from jaxrl_dist import summary as summary_lib
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import sharding
 from jaxrl_dist import sizes as sizes_lib
@@ -282,42 +283,7 @@ def _log(run: Run, metrics: Any, updates: int, sps: float, result: dict | None) 
 # ---------------------------------------------------------------------------------- SUMMARY
 
 def summarize(run: Run) -> dict[str, Any]:
-    c, sizes, layout = run.config, run.sizes, run.layout
-    stats = integrity.member_stats(run.state.train.params, layout)
-    count = layout.members or 1
-    last = run.evals[-1] if run.evals else None
-
-    def final_return(m: int) -> float | None:
-        returns = [r["episode_return"] for r in run.rows
-                   if r.get("member", 0) == m and r["episode_return"] is not None]
-        return returns[-1] if returns else None
-
-    def member_row(m: int) -> dict[str, Any]:
-        return {"param_norm": stats[m][0], "param_fingerprint": stats[m][1],
-                "final_return": final_return(m),
-                "best_return": max((r["episode_return"] for r in run.rows
-                                    if r.get("member", 0) == m
-                                    and r["episode_return"] is not None), default=None),
-                "eval_return": last["eval/return_mean"][m] if last else None,
-                "eval_return_std": last["eval/return_std"][m] if last else None}
-
-    steps_this_session = (run.updates_done - run.first_update) * sizes.batch_size
-    summary = {
-        "env": run.env_name, "status": run.status,
-        "env_steps": run.updates_done * sizes.batch_size, "updates": run.updates_done,
-        "wall_time_s": time.perf_counter() - run.start, "compile_time_s": run.compile_time,
-        "sps": steps_this_session * count / max(run.loop_time, 1e-9),
-        **member_row(0),
-        "eval_episodes": c.eval_episodes, "solved_return": c.solved_return,
-        "solved_at_env_steps": run.solved_at * sizes.batch_size if run.solved_at else None,
-        "periodic": run.hooks, "compile_cache": run.cache,
-        "num_devices": layout.mesh.size, "num_processes": distributed.process_count(),
-        "jax_version": jax.__version__, "jaxrl_dist_version": jaxrl_dist.__version__,
-        "run_dir": str(run.run_dir),
-    }
-    if layout.members:
-        summary.update(population.summarize(
-            c, [member_row(m) for m in range(count)], layout.describe()))
+    summary = summary_lib.build(run, integrity.member_stats(run.state.train.params, run.layout))
     run.reporter.finish(summary)
     return summary
 

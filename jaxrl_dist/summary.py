@@ -1,0 +1,53 @@
+"""The run summary: one dict per run (printed, written to summary.json, returned by ``train``),
+with a population's per-member rows and their mean, IQM and CIs."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import jax
+
+import jaxrl_dist
+from jaxrl_dist import distributed, population
+
+
+def build(run: Any, stats: list[tuple[float, str]]) -> dict[str, Any]:
+    """The summary of a finished run (the trainer's ``Run``); ``stats``: each member's
+    (parameter norm, fingerprint)."""
+    c, sizes, layout = run.config, run.sizes, run.layout
+    count = layout.members or 1
+    last = run.evals[-1] if run.evals else None
+
+    def final_return(m: int) -> float | None:
+        returns = [r["episode_return"] for r in run.rows
+                   if r.get("member", 0) == m and r["episode_return"] is not None]
+        return returns[-1] if returns else None
+
+    def member_row(m: int) -> dict[str, Any]:
+        return {"param_norm": stats[m][0], "param_fingerprint": stats[m][1],
+                "final_return": final_return(m),
+                "best_return": max((r["episode_return"] for r in run.rows
+                                    if r.get("member", 0) == m
+                                    and r["episode_return"] is not None), default=None),
+                "eval_return": last["eval/return_mean"][m] if last else None,
+                "eval_return_std": last["eval/return_std"][m] if last else None}
+
+    steps_this_session = (run.updates_done - run.first_update) * sizes.batch_size
+    summary = {
+        "env": run.env_name, "status": run.status,
+        "env_steps": run.updates_done * sizes.batch_size, "updates": run.updates_done,
+        "wall_time_s": time.perf_counter() - run.start, "compile_time_s": run.compile_time,
+        "sps": steps_this_session * count / max(run.loop_time, 1e-9),
+        **member_row(0),
+        "eval_episodes": c.eval_episodes, "solved_return": c.solved_return,
+        "solved_at_env_steps": run.solved_at * sizes.batch_size if run.solved_at else None,
+        "periodic": run.hooks, "compile_cache": run.cache,
+        "num_devices": layout.mesh.size, "num_processes": distributed.process_count(),
+        "jax_version": jax.__version__, "jaxrl_dist_version": jaxrl_dist.__version__,
+        "run_dir": str(run.run_dir),
+    }
+    if layout.members:
+        summary.update(population.summarize(
+            c, [member_row(m) for m in range(count)], layout.describe()))
+    return summary
