@@ -121,6 +121,7 @@ def make_init_fn(config: Config, sizes: Sizes, spec: EnvSpec, nets: Networks) ->
 
 
 def init_params(nets: Networks, seed_key: jax.Array) -> Any:
+    """Parameters from the first of the seed key's three streams (params, envs, training)."""
     return nets.init(jax.random.split(seed_key, 3)[0])
 
 
