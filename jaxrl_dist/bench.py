@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", action="append", default=[], help="extra config override")
     parser.add_argument("--out", type=Path, default=Path("docs/bench"))
     parser.add_argument("--tasks", nargs="+", default=["cartpole"],
-                        help="learning: tasks (cartpole, acrobot, pendulum)")
+                        help="learning: tasks (cartpole, acrobot, pendulum, mountaincar_continuous)")
     parser.add_argument("--trainers", nargs="+", default=["jaxrl_dist", "rejax"],
                         choices=["jaxrl_dist", "rejax", "purejaxrl"])
     parser.add_argument("--num-seeds", type=int, default=16, help="learning: seeds per trainer")

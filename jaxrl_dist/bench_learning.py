@@ -32,6 +32,7 @@ TASKS = {
     "cartpole": ("configs/cartpole.yaml", 475.0, 500.0),
     "acrobot": ("configs/acrobot.yaml", -100.0, -80.0),
     "pendulum": ("configs/pendulum.yaml", -300.0, -130.0),
+    "mountaincar_continuous": ("configs/mountaincar_continuous.yaml", 90.0, 92.0),
 }
 PUREJAXRL_PYTHON = Path(".bench/purejaxrl/bin/python")
 PUREJAXRL_SRC = Path(".bench/purejaxrl_src")

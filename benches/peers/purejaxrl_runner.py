@@ -215,8 +215,8 @@ def greedy_return(runner_state, key):
 
     def step(carry, k):
         obs, state, ret, done = carry
-        if obs_norm is not None:
-            obs = (obs - obs_norm.mean) / jnp.sqrt(obs_norm.var + 1e-8)
+        if obs_norm is not None:   # their moments are [num_envs, obs] with identical rows
+            obs = (obs - obs_norm.mean[0]) / jnp.sqrt(obs_norm.var[0] + 1e-8)
         pi, _ = network.apply(params, obs)
         action = (jnp.clip(pi.mean(), -1.0, 1.0) if continuous
                   else jnp.argmax(pi.logits, axis=-1))
