@@ -38,12 +38,9 @@ def train_seeds(config: Config, seeds: Sequence[int], *, env: Any = None,
     learner = make_learner(config, sizes, spec, layout)
     keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray(list(seeds), jnp.uint32))
 
-    k = sizes.updates_per_call
-    calls = [k] * (sizes.num_updates // k) + ([sizes.num_updates % k] if sizes.num_updates % k
-                                               else [])
     state = learner.init(keys)
     steps, returns, done, curves = [], [], 0, {}
-    for n in calls:
+    for n in sizes_lib.calls(sizes):
         state, metrics = learner.update(state, n)
         done += n
         ret = np.asarray(metrics["episode_return_sum"]).sum(1)

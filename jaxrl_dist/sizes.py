@@ -56,3 +56,9 @@ def choose_updates_per_call(num_updates: int, wanted: int) -> int:
         if num_updates % k == 0:
             return k
     return wanted
+
+
+def calls(sizes: Sizes, updates_done: int = 0) -> list[int]:
+    """Updates per compiled call for the rest of a run that has done ``updates_done``."""
+    k, remaining = sizes.updates_per_call, sizes.num_updates - updates_done
+    return [k] * (remaining // k) + ([remaining % k] if remaining % k else [])

@@ -137,8 +137,7 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
     # this thread runs init and restores a checkpoint. The eval program compiles there too.
     compile_start = time.perf_counter()
     abstract = learner.abstract_state()
-    k = sizes.updates_per_call
-    call_sizes = {k} | ({sizes.num_updates % k} if sizes.num_updates % k else set())
+    call_sizes = set(sizes_lib.calls(sizes))   # a resume off this grid compiles more below
     lowered = {n: learner.update.lower(abstract, n) for n in sorted(call_sizes)}
     lowered_eval = learner.evaluate.lower(abstract.train, seed_keys)
     pool = ThreadPoolExecutor(max_workers=1)
@@ -158,7 +157,7 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
         evaluate = pending_eval.result()
     finally:  # on an error, do not wait for the compile: fail at once
         pool.shutdown(wait=False, cancel_futures=True)
-    for n in set(_calls(sizes, updates_done)) - set(compiled):  # resumed off this grid
+    for n in set(sizes_lib.calls(sizes, updates_done)) - set(compiled):  # resumed off this grid
         compiled[n] = learner.update.lower(abstract, n).compile()
     jax.block_until_ready(state)
 
@@ -179,12 +178,6 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
         f"{sizes.batch_size} steps{f', resuming at {updates_done}' if resume else ''} | "
         f"compiled in {run.compile_time:.1f}s | run dir {run_dir}")
     return run
-
-
-def _calls(sizes: Sizes, updates_done: int) -> list[int]:
-    """Updates per compiled call for the rest of the run."""
-    k, remaining = sizes.updates_per_call, sizes.num_updates - updates_done
-    return [k] * (remaining // k) + ([remaining % k] if remaining % k else [])
 
 
 # ---------------------------------------------------------------------------------- LOOP
@@ -225,7 +218,7 @@ def loop(run: Run) -> None:
             last[0] = now
         distributed.heartbeat()
 
-    calls = _calls(sizes, run.updates_done)
+    calls = sizes_lib.calls(sizes, run.updates_done)
     loop_start = time.perf_counter()
     distributed.heartbeat()
     for call_index, n in enumerate(calls):
