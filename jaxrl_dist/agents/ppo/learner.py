@@ -12,11 +12,11 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh
 
-from jaxrl_dist import rollout, running_stats
+from jaxrl_dist import rollout
 from jaxrl_dist.agents import Learner
 from jaxrl_dist.agents.ppo.networks import make_networks
 from jaxrl_dist.agents.ppo.update import (TrainState, init_params, make_init_fn,
-                                          make_update_fn)
+                                          make_update_fn, normalize_obs)
 from jaxrl_dist.config import Config
 from jaxrl_dist.envs import EnvSpec
 from jaxrl_dist.evaluate import make_eval_program
@@ -88,9 +88,7 @@ def make_learner(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | M
     # EVALUATION acts as training does: on observations normalised by the training moments.
     def policy(acting, obs, mask):
         params, moments = acting
-        if config.ppo.normalize_observations:
-            obs = running_stats.normalize(moments, obs)
-        return nets.policy(params, obs, mask)
+        return nets.policy(params, normalize_obs(config, moments, obs), mask)
 
     eval_program = make_eval_program(config, spec, policy, layout)
 

@@ -98,6 +98,12 @@ def make_sgd_step(config: Config, nets: Networks, optimizer: optax.GradientTrans
     return sgd_step
 
 
+def normalize_obs(config: Config, moments: Moments, obs: jax.Array) -> jax.Array:
+    """What the networks see: raw observations, or standardised by the running moments (the
+    one rule for acting, learning and evaluating)."""
+    return running_stats.normalize(moments, obs) if config.ppo.normalize_observations else obs
+
+
 def local_env_ids(num_local: int) -> jax.Array:
     """Global indices of this device's environments (inside the shard_map)."""
     return jax.lax.axis_index(DATA_AXIS) * num_local + jnp.arange(num_local)
@@ -141,7 +147,7 @@ def make_update_fn(config: Config, sizes: Sizes, spec: EnvSpec, nets: Networks, 
         key, key_rollout, key_shuffle = jax.random.split(train.key, 3)
 
         def normalize_fn(x):
-            return running_stats.normalize(train.obs_moments, x) if p.normalize_observations else x
+            return normalize_obs(config, train.obs_moments, x)
 
         def value_fn(obs):  # in return units, whatever the critic's own scale
             value = nets.value(train.params, normalize_fn(obs))
