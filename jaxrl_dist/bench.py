@@ -239,6 +239,8 @@ def bench_results(args) -> tuple[list[dict], str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from jaxrl_dist.bench_learning import TASKS as LEARNING_TASKS
+
     parser = argparse.ArgumentParser(prog="python -m jaxrl_dist.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["throughput", "scaling", "solve", "rejax", "results",
@@ -254,8 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--target", type=float, default=475.0, help="solve: eval return")
     parser.add_argument("--set", action="append", default=[], help="extra config override")
     parser.add_argument("--out", type=Path, default=Path("docs/bench"))
-    parser.add_argument("--tasks", nargs="+", default=["cartpole"],
-                        help="learning: tasks (cartpole, acrobot, pendulum, mountaincar_continuous)")
+    parser.add_argument("--tasks", nargs="+", default=["cartpole"], choices=LEARNING_TASKS,
+                        help="learning: tasks")
     parser.add_argument("--trainers", nargs="+", default=["jaxrl_dist", "rejax"],
                         choices=["jaxrl_dist", "rejax", "purejaxrl"])
     parser.add_argument("--num-seeds", type=int, default=16, help="learning: seeds per trainer")

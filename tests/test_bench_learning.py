@@ -1,0 +1,42 @@
+"""bench learning's statistics and tables (no training: results are given)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from jaxrl_dist import config as config_lib
+from jaxrl_dist.bench_learning import TASKS, first_reach, summarize, task_table
+
+
+def _result(trainer: str, final: list[float], curve: list[list[float]]) -> dict:
+    return {"trainer": trainer, "final_eval": final, "curve_steps": [100, 200, 300],
+            "curve_return": curve, "eval_method": "greedy", "wall_s": 1.0}
+
+
+def test_first_reach_is_the_first_step_at_or_above_the_threshold():
+    curve = np.array([[1.0, 5.0, 3.0], [0.0, 0.0, 0.0], [9.0, 9.0, 9.0]])
+    assert first_reach(np.array([100, 200, 300]), curve, 5.0) == [200, None, 100]
+
+
+def test_summarize_counts_seeds_at_the_threshold_at_the_end():
+    s = summarize(_result("x", [10.0, 30.0, 20.0, 20.0],
+                          [[0, 25, 10], [0, 0, 30], [0, 0, 0], [20, 20, 20]]), 20.0)
+    assert s["n"] == 4 and s["mean"] == pytest.approx(20.0)
+    assert s["solved_fraction"] == pytest.approx(0.75)        # 30, 20, 20 >= 20 at the end
+    assert s["reached_in_training"] == 3                       # 25 at 200, 30 at 300, 20 at 100
+    assert s["median_steps_to_threshold"] == pytest.approx(200.0)
+    assert s["mean_ci"][0] <= 20.0 <= s["mean_ci"][1]
+
+
+@pytest.mark.parametrize("task", sorted(TASKS))
+def test_every_task_config_loads_and_renders(task):
+    config_path, threshold, reference = TASKS[task]
+    config = config_lib.load(config_path, [])
+    rows, md = task_table(task, config, [0, 1], {
+        "a": _result("a", [threshold + 1, threshold - 1], [[0, 0, threshold]] * 2)})
+    text = "\n".join(md)
+    assert config.env in text and f"threshold {threshold:g}" in text
+    assert ("gymnax-blines reference" in text) == (reference is not None)
+    assert "| a |" in text and "| 1/2 |" in text
+    assert rows[0]["task"] == task and rows[0]["solved_fraction"] == 0.5
