@@ -299,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{' '.join(record['argv'])}` ({started})\n\n")
     (args.out / f"{args.what}.md").write_text(header + table + "\n")
     print(header + table)
-    return 0
+    return 1 if any(row.get("failed") for row in rows) else 0
 
 
 if __name__ == "__main__":

@@ -188,12 +188,25 @@ def bench_learning(args) -> tuple[list[dict], str]:
     for task in args.tasks:
         config_path, threshold, _ = TASKS[task]
         config = config_lib.load(config_path, args.set)
-        results = {}
+        results, failed = {}, {}
         for trainer in args.trainers:
             print(f"  {task}: {trainer} on {len(seeds)} seeds ...", file=sys.stderr, flush=True)
-            results[trainer] = run_trainer(trainer, config_path, config, seeds, args)
+            try:
+                results[trainer] = run_trainer(trainer, config_path, config, seeds, args)
+            except subprocess.TimeoutExpired:
+                failed[trainer] = f"timed out after {args.timeout:.0f} s (--timeout)"
+            except RuntimeError as e:
+                failed[trainer] = str(e).splitlines()[0]
+            if trainer in failed:   # the other trainers' results still count
+                print(f"  {task}: {trainer} FAILED: {failed[trainer]}", file=sys.stderr)
+                continue
+            # each trainer's raw result as soon as it exists: a later failure loses nothing
+            args.out.mkdir(parents=True, exist_ok=True)
+            (args.out / f"learning_{task}_{trainer}_raw.json").write_text(
+                json.dumps(results[trainer]) + "\n")
         plot(task, results, threshold, args.out / f"learning_{task}.png")
         task_rows, task_md = task_table(task, config, seeds, results)
-        rows += task_rows
-        md += task_md
+        rows += task_rows + [{"task": task, "trainer": t, "failed": why}
+                             for t, why in failed.items()]
+        md += task_md + [f"\n{t} FAILED: {why}" for t, why in failed.items()]
     return rows, "\n".join(md)

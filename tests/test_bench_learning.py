@@ -40,3 +40,29 @@ def test_every_task_config_loads_and_renders(task):
     assert ("gymnax-blines reference" in text) == (reference is not None)
     assert "| a |" in text and "| 1/2 |" in text
     assert rows[0]["task"] == task and rows[0]["solved_fraction"] == 0.5
+
+
+def test_a_failed_trainer_loses_nothing_else(tmp_path, monkeypatch):
+    """One trainer timing out: the others' results are kept (raw file, table row), the failure
+    is one line in the table, and the bench's exit status says so."""
+    import argparse
+    import json
+    import subprocess
+
+    from jaxrl_dist import bench_learning
+
+    def run(trainer, *_):
+        if trainer == "rejax":
+            raise subprocess.TimeoutExpired("rejax_runner.py", 5)
+        return _result(trainer, [500.0, 500.0], [[0, 500, 500]] * 2)
+
+    monkeypatch.setattr(bench_learning, "run_trainer", run)
+    monkeypatch.setattr(bench_learning, "plot", lambda *a: None)
+    args = argparse.Namespace(tasks=["cartpole"], trainers=["jaxrl_dist", "rejax"], set=[],
+                              num_seeds=2, first_seed=0, timeout=5.0, out=tmp_path)
+    rows, md = bench_learning.bench_learning(args)
+    assert [r.get("failed") for r in rows] == [None, "timed out after 5 s (--timeout)"]
+    assert "| jaxrl_dist | 500.0" in md and "rejax FAILED: timed out" in md
+    saved = json.loads((tmp_path / "learning_cartpole_jaxrl_dist_raw.json").read_text())
+    assert saved["final_eval"] == [500.0, 500.0]
+    assert not (tmp_path / "learning_cartpole_rejax_raw.json").exists()
