@@ -73,7 +73,8 @@ def make_eval_program(config: Config, spec: EnvSpec, policy: Callable[..., Any],
                 action = dist.sample_from_noise(jax.vmap(lambda k: action_noise(
                     jax.random.fold_in(k, 1), spec.continuous, spec.action_dim))(keys))
             action = dist.env_action(action)
-            slots, out = envs_lib.step(spec, envs_lib.step_keys(keys), slots, action)
+            slots, out = envs_lib.step(spec, envs_lib.step_keys(keys), slots, action,
+                                      autoreset=False)   # one episode each
             ret = jnp.where(done, ret, ret + out.reward)
             length = jnp.where(done, length, length + 1)
             done = done | out.terminated | out.truncated

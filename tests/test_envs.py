@@ -59,6 +59,38 @@ def test_lazy_reset_step_equals_gymnax_step(name):
         assert truncated.any()
 
 
+def test_step_without_autoreset_matches_until_each_episode_ends():
+    """Evaluation steps with autoreset=False: the same outputs as the auto-resetting step up to
+    and including each environment's first end, and afterwards no reset (the state keeps
+    stepping from where the episode ended)."""
+    spec = envs.make_env("CartPole-v1")
+    num_envs, num_steps = 4, 120
+    key_reset, key_steps, key_actions = jax.random.split(jax.random.PRNGKey(1), 3)
+    slots = jax.vmap(lambda k: envs.reset(spec, k))(jax.random.split(key_reset, num_envs))
+    keys = jax.random.split(key_steps, num_steps * num_envs).reshape(num_steps, num_envs, -1)
+    actions = jax.random.randint(key_actions, (num_steps, num_envs), 0, spec.action_dim)
+
+    def run(autoreset):
+        def body(slots, xs):
+            k, a = xs
+            slots, out = envs.step(spec, envs.step_keys(k), slots, a, autoreset=autoreset)
+            return slots, (slots.obs, out.reward, out.terminated | out.truncated)
+        return jax.jit(lambda s: jax.lax.scan(body, s, (keys, actions))[1])(slots)
+
+    (obs_a, rew_a, done_a), (obs_b, rew_b, done_b) = map(
+        lambda out: tuple(np.asarray(x) for x in out), (run(True), run(False)))
+    first_end = np.argmax(done_a, axis=0)
+    assert done_a.any(0).all(), "every environment must end within the rollout"
+    for e in range(num_envs):
+        end = first_end[e]
+        np.testing.assert_array_equal(rew_a[:end + 1, e], rew_b[:end + 1, e])
+        np.testing.assert_array_equal(done_a[:end + 1, e], done_b[:end + 1, e])
+        np.testing.assert_array_equal(obs_a[:end, e], obs_b[:end, e])
+        # at the end the auto-reset shows a fresh episode's first observation; without it the
+        # terminal observation stays (CartPole's reset draws from [-0.05, 0.05])
+        assert np.abs(obs_a[end, e]).max() <= 0.05 < np.abs(obs_b[end, e]).max()
+
+
 class ConstantIndexReset:
     """A reset that indexes a constant array with a random index, as MinAtar Breakout's does;
     an episode lasts 2-7 steps."""

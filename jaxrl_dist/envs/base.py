@@ -155,15 +155,17 @@ def step_keys(keys: jax.Array) -> jax.Array:
         *keys.shape[:-1], 2, *keys.shape[-1:])
 
 
-def step(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array
-         ) -> tuple[EnvSlot, StepOutput]:
+def step(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array,
+         autoreset: bool = True) -> tuple[EnvSlot, StepOutput]:
     """Step a batch of environments with auto-reset; tracks each running episode's statistics.
 
     Args:
       keys: [E, 2, key] (step, reset) key pairs from :func:`step_keys`.  slots: [E].
       action: [E, ...].
     The reset (random draws and all) runs only when some environment of the batch finished,
-    instead of at every step. (Measured on CPU, where the branch is cheap; with thousands of
+    instead of at every step. ``autoreset=False`` leaves finished environments as the step
+    left them, for callers that ignore what follows an episode's end (evaluation plays one
+    episode per environment): the same outputs up to each end, a smaller program. (Measured on CPU, where the branch is cheap; with thousands of
     environments per device some always finish, and on accelerators the branch's predicate
     may cost a host round trip per step: not yet measured.)
     """
@@ -205,8 +207,12 @@ def step(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array
         any_done = jnp.any(done)
         if spec.batch_axis is not None:
             any_done = jax.lax.psum(any_done.astype(jnp.int32), spec.batch_axis) > 0
-        state, obs = jax.lax.cond(any_done, reset_each if spec.reset_each else reset_finished,
-                                  lambda: (out.state, _float_obs(out.obs)))
+        if autoreset:
+            state, obs = jax.lax.cond(any_done,
+                                      reset_each if spec.reset_each else reset_finished,
+                                      lambda: (out.state, _float_obs(out.obs)))
+        else:
+            state, obs = out.state, _float_obs(out.obs)
         reward, final_obs = out.reward, out.obs
     done = jnp.logical_or(terminated, truncated)
     reward = jnp.asarray(reward, jnp.float32)
