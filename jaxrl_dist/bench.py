@@ -1,4 +1,4 @@
-"""python -m jaxrl_dist.bench {throughput,scaling,solve,rejax,results} [options]
+"""python -m jaxrl_dist.bench {throughput,scaling,solve,rejax,kernels,results,...} [options]
 
 Measures what docs/benchmarks.md reports, by running the real command lines as subprocesses:
 
@@ -9,6 +9,8 @@ Measures what docs/benchmarks.md reports, by running the real command lines as s
   solve       time from command start to eval return >= target, through the launcher
   rejax       rejax's PPO and ours alternately on the same task and hyperparameters; rejax
               runs in its own virtual environment (.bench/rejax, created on first use)
+  kernels     XLA:CPU kernels per compiled program, ours and rejax's: a compile-cost measure
+              that does not drift with the VM (bench_kernels.py)
   results     learning results of the shipped configs (return reached, steps, wall, SPS)
   collectives latency of one cross-process all-reduce (gloo, 2 processes, pinned/unpinned)
   learning    final returns of ours and rejax on N seeds each (bench_learning.py)
@@ -245,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["throughput", "scaling", "solve", "rejax", "results",
                                          "collectives", "learning", "population",
-                                         "periodic", "brax"])
+                                         "periodic", "brax", "kernels"])
     parser.add_argument("--config", default=CARTPOLE)
     parser.add_argument("--configs", nargs="+", default=list(RESULT_TARGETS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -267,6 +269,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="population: PROCESSES x DEVICES for ours (e.g. 1x2, 2x1)")
     parser.add_argument("--brax-unroll", type=int, default=32,
                         help="brax: Brax's unroll_length (num_steps must be a multiple)")
+    parser.add_argument("--no-rejax", action="store_true", help="kernels: ours only")
     parser.add_argument("--no-sequential", action="store_true",
                         help="population: skip the N sequential single runs")
     args = parser.parse_args(argv)
@@ -274,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     from jaxrl_dist.bench_brax import bench_brax
     from jaxrl_dist.bench_collectives import bench_collectives
+    from jaxrl_dist.bench_kernels import bench_kernels
     from jaxrl_dist.bench_learning import bench_learning
     from jaxrl_dist.bench_periodic import bench_periodic
     from jaxrl_dist.bench_population import bench_population
@@ -283,7 +287,7 @@ def main(argv: list[str] | None = None) -> int:
           "rejax": bench_rejax, "results": bench_results,
           "collectives": bench_collectives, "learning": bench_learning,
           "population": bench_population, "periodic": bench_periodic,
-          "brax": bench_brax}[args.what]
+          "brax": bench_brax, "kernels": bench_kernels}[args.what]
     rows, table = fn(args)
     args.out.mkdir(parents=True, exist_ok=True)
     record = {"what": args.what, "started": started, "machine": machine(),

@@ -1,0 +1,117 @@
+"""bench kernels: how many XLA:CPU kernels each compiled program has, ours and rejax's.
+
+Compile TIME on a shared VM drifts by a third within a day; the number of kernels XLA:CPU
+compiles for a program does not, and cold compile time follows it (each kernel costs about the
+same codegen, 20-40 ms on the 2-core AMD EPYC VM, whatever its size). Counted from a profiler
+trace of each compile (XLA's ``FusionCompiler::Compile`` events, one per kernel); the compile
+time under the profiler is reported beside it. Ours: the init, update and evaluation programs
+of ``--config`` on one CPU device, as the trainer lowers them; rejax: its one ``train``
+program (init, updates and evaluation) on the same task and hyperparameters as ``bench rejax``.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+import tempfile
+import textwrap
+from pathlib import Path
+
+from jaxrl_dist.bench import run_command
+from jaxrl_dist.protocol import CPU_SCHEDULER_FLAG
+
+COUNT = textwrap.dedent("""
+    def count(lowered):
+        import glob, gzip, json, tempfile, time, jax
+        with tempfile.TemporaryDirectory() as tmp:
+            start = time.perf_counter()
+            with jax.profiler.trace(tmp, create_perfetto_trace=True):
+                lowered.compile()
+            seconds = time.perf_counter() - start
+            path, = glob.glob(f"{tmp}/**/*.trace.json.gz", recursive=True)
+            with gzip.open(path) as f:
+                events = json.load(f)
+        events = events["traceEvents"] if isinstance(events, dict) else events
+        kernels = sum(1 for e in events
+                      if e.get("ph") == "X" and e.get("name") == "FusionCompiler::Compile")
+        return {"kernels": kernels, "compile_s": seconds}
+""")
+
+OURS = COUNT + textwrap.dedent("""
+    import json, sys
+    import jax
+    from jaxrl_dist import config as config_lib, sharding, sizes as sizes_lib
+    from jaxrl_dist.agents import make_learner
+    from jaxrl_dist.envs import from_config
+    config = config_lib.load(sys.argv[1], sys.argv[2:])
+    layout = sharding.make_layout(jax.devices()[:1])
+    sizes = sizes_lib.derive_sizes(config, layout.data_size)
+    learner = make_learner(config, sizes, from_config(config, None, None), layout)
+    abstract = learner.abstract_state()
+    key = jax.random.PRNGKey(config.seed)
+    programs = {"init": jax.jit(learner.init).lower(key, {}),
+                "update": learner.update.lower(abstract, sizes.updates_per_call),
+                "evaluate": learner.evaluate.lower(abstract.train, key)}
+    print(json.dumps({name: count(low) for name, low in programs.items()}))
+""")
+
+REJAX = COUNT + textwrap.dedent("""
+    import json, sys
+    import jax
+    from rejax import PPO
+    algo = PPO.create(env="CartPole-v1", num_envs=4, num_steps=128, num_epochs=4,
+                      num_minibatches=4, total_timesteps=int(sys.argv[1]), learning_rate=2.5e-4,
+                      max_grad_norm=0.5, gamma=0.99, gae_lambda=0.95, clip_eps=0.2,
+                      ent_coef=0.01, vf_coef=0.5, eval_freq=int(sys.argv[1]),
+                      skip_initial_evaluation=True,
+                      agent_kwargs={"hidden_layer_sizes": (64, 64), "activation": "tanh"})
+    print(json.dumps({"train": count(jax.jit(algo.train).lower(jax.random.PRNGKey(0)))}))
+""")
+
+
+def count_ours(config: str, sets: list[str]) -> dict[str, dict[str, float]]:
+    """{program: {"kernels", "compile_s"}} of ours, counted in a fresh process."""
+    out = run_command([sys.executable, "-c", OURS, config, *sets], summary=False,
+                      XLA_FLAGS=CPU_SCHEDULER_FLAG, JAX_PLATFORMS="cpu")
+    return json.loads(out["stdout"].strip().splitlines()[-1])
+
+
+def bench_kernels(args) -> tuple[list[dict], str]:
+    from jaxrl_dist.bench_rejax import ensure_rejax
+
+    rejax = [] if args.no_rejax else [str(ensure_rejax())]
+    script = Path(tempfile.mkdtemp()) / "rejax_kernels.py"
+    script.write_text(REJAX)
+    runs: dict[tuple[str, str], list[dict]] = {}
+    for i in range(args.repeats):   # alternated, like every timing here
+        got = {("ours", k): v for k, v in count_ours(args.config, args.set).items()}
+        if rejax:
+            out = run_command([*rejax, str(script), str(args.steps)], summary=False,
+                              XLA_FLAGS=CPU_SCHEDULER_FLAG, JAX_PLATFORMS="cpu")
+            got.update({("rejax", k): v for k, v in
+                        json.loads(out["stdout"].strip().splitlines()[-1]).items()})
+        for key, value in got.items():
+            runs.setdefault(key, []).append(value)
+        print(f"  [{i + 1}/{args.repeats}] " + ", ".join(
+            f"{t} {p}: {v['kernels']} kernels {v['compile_s']:.1f} s"
+            for (t, p), v in got.items()), file=sys.stderr, flush=True)
+    rows = []
+    for (trainer, program), values in runs.items():
+        kernels = sorted({v["kernels"] for v in values})
+        times = [v["compile_s"] for v in values]
+        rows.append({"trainer": trainer, "program": program, "kernels": kernels,
+                     "compile_s": times, "compile_s_median": statistics.median(times)})
+    md = ["| trainer | program | XLA kernels | compile s under the profiler, median (min–max) |",
+          "|---|---|---|---|"]
+    for trainer in dict.fromkeys(r["trainer"] for r in rows):
+        mine = [r for r in rows if r["trainer"] == trainer]
+        for r in mine:
+            md.append(f"| {trainer} | {r['program']} | {'/'.join(map(str, r['kernels']))} | "
+                      f"{r['compile_s_median']:.1f} ({min(r['compile_s']):.1f}–"
+                      f"{max(r['compile_s']):.1f}) |")
+        if len(mine) > 1:
+            md.append(f"| {trainer} | **all programs** | {sum(r['kernels'][0] for r in mine)} | "
+                      f"{sum(r['compile_s_median'] for r in mine):.1f} (summed; the trainer "
+                      f"compiles them concurrently) |")
+    return rows, "\n".join(md)
