@@ -134,8 +134,10 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
         seed_keys, swept = jax.random.PRNGKey(config.seed), {}
 
     # Trace the programs, then compile them on a worker thread (XLA releases the GIL) while
-    # this thread runs init and restores a checkpoint. The eval program compiles there too.
+    # this thread compiles and runs init and restores a checkpoint. The eval program compiles
+    # on the worker too; it and init, which run once, compile at a cheaper level.
     compile_start = time.perf_counter()
+    once = compile_cache.run_once_options(layout.mesh.devices.flat)
     abstract = learner.abstract_state()
     call_sizes = set(sizes_lib.calls(sizes))   # a resume off this grid compiles more below
     lowered = {n: learner.update.lower(abstract, n) for n in sorted(call_sizes)}
@@ -143,8 +145,8 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
     pool = ThreadPoolExecutor(max_workers=1)
     try:
         pending = {n: pool.submit(low.compile) for n, low in lowered.items()}
-        pending_eval = pool.submit(lowered_eval.compile)
-        state = learner.init(seed_keys, swept)
+        pending_eval = pool.submit(lowered_eval.compile, once)
+        state = learner.init_program.lower(seed_keys, swept).compile(once)(seed_keys, swept)
         updates_done = 0
         if resume:
             if checkpointer.latest_step() is None:

@@ -38,3 +38,29 @@ def test_auto_follows_environment(monkeypatch, tmp_path):
     assert compile_cache.default_dir() == tmp_path / "jaxrl_dist" / "xla"
     monkeypatch.setenv("JAXRL_DIST_CACHE", str(tmp_path / "mine"))
     assert compile_cache.default_dir() == tmp_path / "mine"
+
+
+@pytest.mark.timeout(300)
+def test_run_once_programs_compile_cheaper_to_bitwise_the_same_results(tiny_config):
+    """init and evaluation compile at the run-once options: the same state and returns as at
+    XLA's default level, on 2 devices (what the trainer relies on to use them)."""
+    from jaxrl_dist import sharding
+    from jaxrl_dist import sizes as sizes_lib
+    from jaxrl_dist.agents import make_learner
+    from jaxrl_dist.envs import from_config
+
+    layout = sharding.make_layout(jax.devices()[:2])
+    once = compile_cache.run_once_options(layout.mesh.devices.flat)
+    assert once == {"xla_backend_optimization_level": 1}
+    sizes = sizes_lib.derive_sizes(tiny_config, layout.data_size)
+    learner = make_learner(tiny_config, sizes, from_config(tiny_config, None, None), layout)
+    key = jax.random.PRNGKey(5)
+    init = learner.init_program.lower(key, {})
+    states = [init.compile(options)(key, {}) for options in (None, once)]
+    for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
+        assert (a == b).all()
+    state, _ = learner.update(states[0], 2)   # trained parameters: a non-trivial policy
+    evaluate = learner.evaluate.lower(state.train, key)
+    returns = [evaluate.compile(options)(state.train, key) for options in (None, once)]
+    for name in returns[0]:
+        assert float(returns[0][name]) == float(returns[1][name]), name

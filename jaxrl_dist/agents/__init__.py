@@ -33,6 +33,8 @@ class Learner(NamedTuple):
                                       #   "return_std", "length_mean"}, reduced over the mesh
     abstract_state: Callable[[], Any]  # init()'s result as ShapeDtypeStructs with shardings
     layout: Layout
+    init_program: Any                 # jit behind init: (seed key(s), swept dict) -> RunState,
+                                      #   to .lower() and compile with options of one's own
 
 
 def make_learner(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Learner:

@@ -96,4 +96,4 @@ def make_learner(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | M
     def evaluate(train: TrainState, seed_keys: jax.Array) -> dict[str, jax.Array]:
         return eval_program((train.params, train.obs_moments), seed_keys, train.update)
 
-    return Learner(init, update, evaluate, abstract_state, layout)
+    return Learner(init, update, evaluate, abstract_state, layout, init_program)
