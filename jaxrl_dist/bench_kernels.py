@@ -5,7 +5,7 @@ compiles for a program does not, and cold compile time follows it (each kernel c
 same codegen, 20-40 ms on the 2-core AMD EPYC VM, whatever its size). Counted from a profiler
 trace of each compile (XLA's ``FusionCompiler::Compile`` events, one per kernel); the compile
 time under the profiler is reported beside it. Ours: the init, update and evaluation programs
-of ``--config`` on one CPU device, as the trainer lowers them; rejax: its one ``train``
+of ``--config`` on one CPU device, lowered and compiled as the trainer does; rejax: its one ``train``
 program (init, updates and evaluation) on the same task and hyperparameters as ``bench rejax``.
 """
 
@@ -22,12 +22,12 @@ from jaxrl_dist.bench import run_command
 from jaxrl_dist.protocol import CPU_SCHEDULER_FLAG
 
 COUNT = textwrap.dedent("""
-    def count(lowered):
+    def count(lowered, options=None):
         import glob, gzip, json, tempfile, time, jax
         with tempfile.TemporaryDirectory() as tmp:
             start = time.perf_counter()
             with jax.profiler.trace(tmp, create_perfetto_trace=True):
-                lowered.compile()
+                lowered.compile(options)
             seconds = time.perf_counter() - start
             path, = glob.glob(f"{tmp}/**/*.trace.json.gz", recursive=True)
             with gzip.open(path) as f:
@@ -41,7 +41,7 @@ COUNT = textwrap.dedent("""
 OURS = COUNT + textwrap.dedent("""
     import json, sys
     import jax
-    from jaxrl_dist import config as config_lib, sharding, sizes as sizes_lib
+    from jaxrl_dist import compile_cache, config as config_lib, sharding, sizes as sizes_lib
     from jaxrl_dist.agents import make_learner
     from jaxrl_dist.envs import from_config
     config = config_lib.load(sys.argv[1], sys.argv[2:])
@@ -50,10 +50,11 @@ OURS = COUNT + textwrap.dedent("""
     learner = make_learner(config, sizes, from_config(config, None, None), layout)
     abstract = learner.abstract_state()
     key = jax.random.PRNGKey(config.seed)
-    programs = {"init": jax.jit(learner.init).lower(key, {}),
-                "update": learner.update.lower(abstract, sizes.updates_per_call),
-                "evaluate": learner.evaluate.lower(abstract.train, key)}
-    print(json.dumps({name: count(low) for name, low in programs.items()}))
+    once = compile_cache.run_once_options(layout.mesh.devices.flat)   # as the trainer does
+    programs = {"init": (learner.init_program.lower(key, {}), once),
+                "update": (learner.update.lower(abstract, sizes.updates_per_call), None),
+                "evaluate": (learner.evaluate.lower(abstract.train, key), once)}
+    print(json.dumps({name: count(*args) for name, args in programs.items()}))
 """)
 
 REJAX = COUNT + textwrap.dedent("""

@@ -136,6 +136,10 @@ def plot(task: str, results: dict[str, dict], threshold: float, path: Path) -> N
         steps = np.asarray(r["curve_steps"])
         curve = np.asarray(r["curve_return"], np.float64)
         curve = np.where(curve < -1e8, np.nan, curve)
+        # points where no seed finished an episode are dropped, and the line joins the rest
+        # (Freeway's 2,500-step episodes end in every other logged interval)
+        has = ~np.all(np.isnan(curve), 0)
+        steps, curve = steps[has], curve[:, has]
         mean = np.nanmean(curve, 0)
         lo, hi = zip(*[bootstrap_ci(c[~np.isnan(c)], n=1000) if np.any(~np.isnan(c))
                        else (np.nan, np.nan) for c in curve.T])

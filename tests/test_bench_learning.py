@@ -66,3 +66,20 @@ def test_a_failed_trainer_loses_nothing_else(tmp_path, monkeypatch):
     saved = json.loads((tmp_path / "learning_cartpole_jaxrl_dist_raw.json").read_text())
     assert saved["final_eval"] == [500.0, 500.0]
     assert not (tmp_path / "learning_cartpole_rejax_raw.json").exists()
+
+
+def test_plot_joins_points_across_intervals_where_no_episode_ended(tmp_path):
+    """Long episodes end in some logged intervals only (-1e9 = none ended): the curve is drawn
+    through the others, and an interval where no seed finished one is dropped without a
+    warning (before, every point of ours on Freeway was isolated and nothing was drawn)."""
+    import warnings
+
+    from jaxrl_dist.bench_learning import plot
+
+    gap = -1e9
+    results = {"ours": {"curve_steps": [1, 2, 3, 4],
+                        "curve_return": [[gap, 10.0, gap, 20.0], [gap, 12.0, 15.0, gap]]}}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plot("task", results, 5.0, tmp_path / "p.png")
+    assert (tmp_path / "p.png").stat().st_size > 0

@@ -33,18 +33,24 @@ args = parser.parse_args()
 hp = json.loads(args.hparams)
 seeds = [int(s) for s in args.seeds.split(",")]
 batch = hp["num_envs"] * hp["num_steps"]
+updates = args.total_timesteps // batch
+steps = updates * batch   # what ours and PureJaxRL train: total_timesteps // batch updates
+# rejax trains ceil(total_timesteps / eval_freq) blocks of eval_freq steps, evaluating after
+# each, so eval_freq must divide the training exactly or it trains past the budget (Freeway
+# trained 1.31x its budget before this: 4 blocks of 344,064 steps for 1,048,576).
 # Each of rejax's evaluations plays 128 episodes to the end: on long episodes (Freeway: 2,500
 # steps) 20 of them step the env 6x more than training does (a 16-seed run passed an hour).
 # Cap them so evaluation steps at most as many env steps as training.
 _, _env_params = gymnax.make(args.env)
-points = max(2, min(args.eval_points,
-                    args.total_timesteps // (128 * int(_env_params.max_steps_in_episode))))
-eval_freq = max(batch, (args.total_timesteps // points) // batch * batch)
+cap = max(2, min(args.eval_points, steps // (128 * int(_env_params.max_steps_in_episode))))
+points = max(d for d in range(1, cap + 1) if updates % d == 0)
+eval_freq = updates // points * batch
+assert points * eval_freq == steps, (points, eval_freq, steps)
 
 algo = PPO.create(
     env=args.env, num_envs=hp["num_envs"], num_steps=hp["num_steps"],
     num_epochs=hp["update_epochs"], num_minibatches=hp["num_minibatches"],
-    total_timesteps=args.total_timesteps, learning_rate=hp["learning_rate"],
+    total_timesteps=steps, learning_rate=hp["learning_rate"],
     max_grad_norm=hp["max_grad_norm"], gamma=hp["gamma"], gae_lambda=hp["gae_lambda"],
     clip_eps=hp["clip_eps"], ent_coef=hp["ent_coef"], vf_coef=hp["vf_coef"],
     normalize_observations=hp["normalize_observations"], eval_freq=eval_freq,
