@@ -19,6 +19,7 @@ import textwrap
 from pathlib import Path
 
 from jaxrl_dist.bench import run_command
+from jaxrl_dist.bench_rejax import REJAX_CARTPOLE
 from jaxrl_dist.protocol import CPU_SCHEDULER_FLAG
 
 COUNT = textwrap.dedent("""
@@ -57,16 +58,8 @@ OURS = COUNT + textwrap.dedent("""
     print(json.dumps({name: count(*args) for name, args in programs.items()}))
 """)
 
-REJAX = COUNT + textwrap.dedent("""
-    import json, sys
-    import jax
-    from rejax import PPO
-    algo = PPO.create(env="CartPole-v1", num_envs=4, num_steps=128, num_epochs=4,
-                      num_minibatches=4, total_timesteps=int(sys.argv[1]), learning_rate=2.5e-4,
-                      max_grad_norm=0.5, gamma=0.99, gae_lambda=0.95, clip_eps=0.2,
-                      ent_coef=0.01, vf_coef=0.5, eval_freq=int(sys.argv[1]),
-                      skip_initial_evaluation=True,
-                      agent_kwargs={"hidden_layer_sizes": (64, 64), "activation": "tanh"})
+REJAX = COUNT + REJAX_CARTPOLE + textwrap.dedent("""
+    import json, jax
     print(json.dumps({"train": count(jax.jit(algo.train).lower(jax.random.PRNGKey(0)))}))
 """)
 

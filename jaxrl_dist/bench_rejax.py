@@ -23,10 +23,10 @@ REJAX_SETUP = (f"python3.11 -m venv {REJAX_VENV} && {REJAX_PYTHON} -m pip instal
                f"{' '.join(REJAX_PACKAGES)}")
 
 
-REJAX_SCRIPT = textwrap.dedent("""
-    import json, sys, time
-    t0 = time.perf_counter()
-    import jax
+# rejax's PPO on the shipped CartPole hyperparameters, sys.argv[1] env steps (shared by the
+# throughput script below and bench kernels)
+REJAX_CARTPOLE = textwrap.dedent("""
+    import sys
     from rejax import PPO
     algo = PPO.create(env="CartPole-v1", num_envs=4, num_steps=128, num_epochs=4,
                       num_minibatches=4, total_timesteps=int(sys.argv[1]), learning_rate=2.5e-4,
@@ -34,6 +34,13 @@ REJAX_SCRIPT = textwrap.dedent("""
                       ent_coef=0.01, vf_coef=0.5, eval_freq=int(sys.argv[1]),
                       skip_initial_evaluation=True,
                       agent_kwargs={"hidden_layer_sizes": (64, 64), "activation": "tanh"})
+""")
+
+REJAX_SCRIPT = textwrap.dedent("""
+    import json, sys, time
+    t0 = time.perf_counter()
+    import jax
+""") + REJAX_CARTPOLE + textwrap.dedent("""
     train = jax.jit(algo.train)
     t = time.perf_counter()
     compiled = train.lower(jax.random.PRNGKey(0)).compile()
