@@ -165,7 +165,8 @@ def step(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array,
     The reset (random draws and all) runs only when some environment of the batch finished,
     instead of at every step. ``autoreset=False`` leaves finished environments as the step
     left them, for callers that ignore what follows an episode's end (evaluation plays one
-    episode per environment): the same outputs up to each end, a smaller program. (Measured on CPU, where the branch is cheap; with thousands of
+    episode per environment): the same outputs up to each end, a smaller program.
+    (Measured on CPU, where the branch is cheap; with thousands of
     environments per device some always finish, and on accelerators the branch's predicate
     may cost a host round trip per step: not yet measured.)
     """
@@ -204,10 +205,10 @@ def step(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array,
                 return state, obs.at[e].set(_float_obs(obs_re))
             return jax.lax.fori_loop(0, jnp.sum(done), one, (out.state, _float_obs(out.obs)))
 
-        any_done = jnp.any(done)
-        if spec.batch_axis is not None:
-            any_done = jax.lax.psum(any_done.astype(jnp.int32), spec.batch_axis) > 0
-        if autoreset:
+        if autoreset:   # the "did any finish" vote (a collective under vmap) only when used
+            any_done = jnp.any(done)
+            if spec.batch_axis is not None:
+                any_done = jax.lax.psum(any_done.astype(jnp.int32), spec.batch_axis) > 0
             state, obs = jax.lax.cond(any_done,
                                       reset_each if spec.reset_each else reset_finished,
                                       lambda: (out.state, _float_obs(out.obs)))
