@@ -52,8 +52,9 @@ OURS = COUNT + textwrap.dedent("""
     abstract = learner.abstract_state()
     key = jax.random.PRNGKey(config.seed)
     once = compile_cache.run_once_options(layout.mesh.devices.flat)   # as the trainer does
-    programs = {"init": (learner.init_program.lower(key, {}), once),
-                "update": (learner.update.lower(abstract, sizes.updates_per_call), None),
+    with compile_cache.unrolled_threefry():
+        update = learner.update.lower(abstract, sizes.updates_per_call)
+    programs = {"init": (learner.init_program.lower(key, {}), once), "update": (update, None),
                 "evaluate": (learner.evaluate.lower(abstract.train, key), once)}
     print(json.dumps({name: count(*args) for name, args in programs.items()}))
 """)

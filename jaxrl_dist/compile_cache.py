@@ -1,5 +1,6 @@
 """How a run's programs are compiled: a persistent XLA compilation cache, so each is compiled
-once per machine, and the options of the programs that run once.
+once per machine, the options of the programs that run once, and the update program's random
+numbers lowered without loops (fewer kernels for XLA:CPU to compile).
 
 JAX keys each compiled program by its HLO, compile options, XLA flags, backend and devices, so a
 hit is exactly the program a fresh compile would give (results stay bitwise the same). Process 0
@@ -10,6 +11,7 @@ a process, so it is set before anything is compiled.
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 
@@ -75,3 +77,37 @@ def run_once_options(devices) -> dict[str, int] | None:
     ~13 % slower."""
     return ({"xla_backend_optimization_level": 1}
             if all(d.platform == "cpu" for d in devices) else None)
+
+
+
+@contextlib.contextmanager
+def unrolled_threefry():
+    """Programs LOWERED inside draw jax.random's threefry hash unrolled on CPU, as JAX does on
+    every other backend: the update program, whose per-environment and per-step keys (what
+    makes it topology-invariant) were ~20 % of its kernels.
+
+    On CPU JAX lowers each hash as a 5-trip while loop: several small kernels per call site.
+    Unrolled, each hash is one larger fused kernel: the update program compiles ~25 % faster
+    (260 -> 209 kernels), while init and evaluation, at level 1, compile slower, so they keep
+    the loop (docs/benchmarks.md). The same uint32 arithmetic, so the same bits (tested). Uses
+    JAX internals (jax 0.10); if they moved, nothing changes but compile time.
+    """
+    try:
+        from jax._src.interpreters import mlir
+        from jax._src.random import threefry2x32 as threefry
+        table = mlir._platform_specific_lowerings["cpu"]
+        primitive, unrolled = threefry.threefry2x32_p, threefry._threefry2x32_lowering_rule
+    except (ImportError, AttributeError, KeyError):
+        unrolled = None
+    if unrolled is None:
+        yield
+        return
+    before = table.get(primitive)
+    mlir.register_lowering(primitive, unrolled, platform="cpu", inline=False)
+    try:
+        yield
+    finally:
+        if before is None:
+            table.pop(primitive, None)
+        else:
+            table[primitive] = before

@@ -64,3 +64,30 @@ def test_run_once_programs_compile_cheaper_to_bitwise_the_same_results(tiny_conf
     returns = [evaluate.compile(options)(state.train, key) for options in (None, once)]
     for name in returns[0]:
         assert float(returns[0][name]) == float(returns[1][name]), name
+
+
+
+def test_unrolled_threefry_draws_bitwise_the_same_numbers():
+    """The update program is lowered with jax.random's hash unrolled on CPU (fewer kernels to
+    compile): every kind of draw our programs make gives the same bits as JAX's own rolled CPU
+    lowering, which is back once the block ends."""
+    def draws(key):   # a fresh function per call: a new trace, so a new lowering
+        k1, k2 = jax.random.split(key)
+        keys = jax.vmap(jax.random.fold_in, (None, 0))(k1, jax.numpy.arange(6))
+        return (keys, jax.random.split(keys[3], 4), jax.random.uniform(k2, (5,)),
+                jax.random.normal(key, (3, 2)), jax.random.permutation(k1, 128),
+                jax.random.categorical(k2, jax.numpy.zeros((4, 3))), jax.random.bits(k1, (7,)))
+
+    def lower():
+        return jax.jit(lambda k: draws(k)).lower(key)
+
+    key = jax.random.PRNGKey(3)
+    rolled = lower()
+    with compile_cache.unrolled_threefry():
+        unrolled = lower()
+    after = lower()
+    assert "while" in rolled.as_text() and "while" not in unrolled.as_text()   # it took effect
+    assert after.as_text() == rolled.as_text()                                 # and ended
+    for a, b in zip(jax.tree.leaves(rolled.compile()(key)),
+                    jax.tree.leaves(unrolled.compile()(key))):
+        assert a.dtype == b.dtype and (a == b).all()
