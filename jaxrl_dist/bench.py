@@ -265,6 +265,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--num-seeds", type=int, default=16, help="learning: seeds per trainer")
     parser.add_argument("--first-seed", type=int, default=0)
     parser.add_argument("--timeout", type=float, default=3600, help="learning: per trainer")
+    parser.add_argument("--raw-from", type=Path, help="learning: tabulate the raw results in "
+                        "this directory (runs on disjoint seeds joined) instead of running")
     parser.add_argument("--topology", default="1x2",
                         help="population: PROCESSES x DEVICES for ours (e.g. 1x2, 2x1)")
     parser.add_argument("--brax-unroll", type=int, default=32,
@@ -295,7 +297,8 @@ def main(argv: list[str] | None = None) -> int:
               "rows": rows}
     (args.out / f"{args.what}.json").write_text(json.dumps(record, indent=2) + "\n")
     m = record["machine"]
-    runs = (f"{args.num_seeds} seeds per trainer" if args.what in ("learning", "population")
+    runs = (f"raw results of earlier runs in {args.raw_from}" if args.raw_from
+            else f"{args.num_seeds} seeds per trainer" if args.what in ("learning", "population")
             else f"one run per seed ({len(args.seeds)} seeds) per trainer and device count"
             if args.what == "brax" else f"{args.repeats} repeat(s)")
     header = (f"{args.what}: {m['cpu']}, {m['cores']} cores, Python {m['python']}, jax "

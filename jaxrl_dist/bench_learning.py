@@ -81,6 +81,31 @@ def summarize(result: dict[str, Any], threshold: float) -> dict[str, Any]:
     }
 
 
+def join_raw(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One trainer's raw results from runs on disjoint seeds, as one result. Each seed is its
+    own run whatever program it shared, so grouping seeds changes nothing but wall time (a long
+    task's seeds can be run over several sessions); the wall times add up."""
+    parts = sorted(parts, key=lambda r: r["seeds"][0])
+    seeds = [seed for r in parts for seed in r["seeds"]]
+    if len(set(seeds)) != len(seeds):
+        raise ValueError(f"{parts[0]['trainer']}: raw results share seeds ({sorted(seeds)})")
+    if any(r["curve_steps"] != parts[0]["curve_steps"] for r in parts):
+        raise ValueError(f"{parts[0]['trainer']}: raw results logged at different env steps")
+    return {**parts[0], "seeds": seeds,
+            "final_eval": [x for r in parts for x in r["final_eval"]],
+            "curve_return": [row for r in parts for row in r["curve_return"]],
+            "wall_s": sum(r.get("wall_s") or 0.0 for r in parts)}
+
+
+def read_raw(directory: Path, task: str, trainer: str) -> dict[str, Any]:
+    """A trainer's results on ``task`` from its raw files in ``directory``
+    (``learning_{task}_{trainer}_raw*.json``, one per run), joined."""
+    paths = sorted(Path(directory).glob(f"learning_{task}_{trainer}_raw*.json"))
+    if not paths:
+        raise RuntimeError(f"no learning_{task}_{trainer}_raw*.json in {directory}")
+    return join_raw([json.loads(p.read_text()) for p in paths])
+
+
 # -------------------------------------------------------------------------------- runners
 
 def hparams(config) -> dict[str, Any]:
@@ -194,12 +219,16 @@ def bench_learning(args) -> tuple[list[dict], str]:
         config = config_lib.load(config_path, args.set)
         results, failed = {}, {}
         for trainer in args.trainers:
-            print(f"  {task}: {trainer} on {len(seeds)} seeds ...", file=sys.stderr, flush=True)
+            print(f"  {task}: {trainer} " + (f"from {args.raw_from}" if args.raw_from else
+                                              f"on {len(seeds)} seeds ..."), file=sys.stderr)
             try:
+                if args.raw_from:
+                    results[trainer] = read_raw(args.raw_from, task, trainer)
+                    continue   # already saved
                 results[trainer] = run_trainer(trainer, config_path, config, seeds, args)
             except subprocess.TimeoutExpired:
                 failed[trainer] = f"timed out after {args.timeout:.0f} s (--timeout)"
-            except RuntimeError as e:
+            except (RuntimeError, ValueError) as e:   # a failed run; raw files that clash
                 failed[trainer] = str(e).splitlines()[0]
             if trainer in failed:   # the other trainers' results still count
                 print(f"  {task}: {trainer} FAILED: {failed[trainer]}", file=sys.stderr)
@@ -209,6 +238,8 @@ def bench_learning(args) -> tuple[list[dict], str]:
             (args.out / f"learning_{task}_{trainer}_raw.json").write_text(
                 json.dumps(results[trainer]) + "\n")
         plot(task, results, threshold, args.out / f"learning_{task}.png")
+        if args.raw_from and results:
+            seeds = sorted({seed for r in results.values() for seed in r["seeds"]})
         task_rows, task_md = task_table(task, config, seeds, results)
         rows += task_rows + [{"task": task, "trainer": t, "failed": why}
                              for t, why in failed.items()]

@@ -59,7 +59,8 @@ def test_a_failed_trainer_loses_nothing_else(tmp_path, monkeypatch):
     monkeypatch.setattr(bench_learning, "run_trainer", run)
     monkeypatch.setattr(bench_learning, "plot", lambda *a: None)
     args = argparse.Namespace(tasks=["cartpole"], trainers=["jaxrl_dist", "rejax"], set=[],
-                              num_seeds=2, first_seed=0, timeout=5.0, out=tmp_path)
+                              num_seeds=2, first_seed=0, timeout=5.0, out=tmp_path,
+                              raw_from=None)
     rows, md = bench_learning.bench_learning(args)
     assert [r.get("failed") for r in rows] == [None, "timed out after 5 s (--timeout)"]
     assert "| jaxrl_dist | 500.0" in md and "rejax FAILED: timed out" in md
@@ -83,3 +84,34 @@ def test_plot_joins_points_across_intervals_where_no_episode_ended(tmp_path):
         warnings.simplefilter("error")
         plot("task", results, 5.0, tmp_path / "p.png")
     assert (tmp_path / "p.png").stat().st_size > 0
+
+
+def test_raw_results_of_runs_on_disjoint_seeds_are_tabulated_as_one(tmp_path):
+    """A long task's seeds run over several sessions: --raw-from joins each trainer's raw files
+    (seeds, final returns, curves; wall times add up) and tabulates them without running
+    anything; raw files that share a seed are refused in one line, the others still count."""
+    import argparse
+    import json
+
+    from jaxrl_dist import bench_learning
+
+    def save(name, result):
+        (tmp_path / f"learning_cartpole_{name}.json").write_text(json.dumps(result))
+
+    save("jaxrl_dist_raw", {**_result("jaxrl_dist", [500.0, 480.0], [[0, 500, 500]] * 2),
+                            "seeds": [0, 1], "wall_s": 10.0})
+    save("jaxrl_dist_raw_seeds2-3", {**_result("jaxrl_dist", [400.0, 500.0],
+                                               [[0, 100, 400]] * 2),
+                                     "seeds": [2, 3], "wall_s": 5.0})
+    save("rejax_raw", {**_result("rejax", [500.0] * 2, [[0, 500, 500]] * 2), "seeds": [0, 1]})
+    save("rejax_raw_again", {**_result("rejax", [500.0], [[0, 500, 500]]), "seeds": [1]})
+    args = argparse.Namespace(tasks=["cartpole"], trainers=["jaxrl_dist", "rejax"], set=[],
+                              num_seeds=16, first_seed=0, timeout=5.0, out=tmp_path / "out",
+                              raw_from=tmp_path)
+    rows, md = bench_learning.bench_learning(args)
+    ours = rows[0]
+    assert ours["n"] == 4 and ours["final_eval"] == [500.0, 480.0, 400.0, 500.0]
+    assert ours["solved_fraction"] == 0.75 and ours["wall_s"] == 15.0
+    assert "4 seeds 0–3" in md and "| 3/4 |" in md
+    assert rows[1]["failed"].startswith("rejax: raw results share seeds")
+    assert not (tmp_path / "out" / "learning_cartpole_jaxrl_dist_raw.json").exists()
