@@ -79,7 +79,6 @@ def run_once_options(devices) -> dict[str, int] | None:
             if all(d.platform == "cpu" for d in devices) else None)
 
 
-
 @contextlib.contextmanager
 def unrolled_threefry():
     """Programs LOWERED inside draw jax.random's threefry hash unrolled on CPU, as JAX does on
