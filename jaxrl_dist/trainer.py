@@ -141,8 +141,12 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
     once = compile_cache.run_once_options(layout.mesh.devices.flat)
     abstract = learner.abstract_state()
     call_sizes = set(sizes_lib.calls(sizes))   # a resume off this grid compiles more below
-    with compile_cache.unrolled_threefry():
-        lowered = {n: learner.update.lower(abstract, n) for n in sorted(call_sizes)}
+
+    def lower_update(n: int):
+        with compile_cache.unrolled_threefry():
+            return learner.update.lower(abstract, n)
+
+    lowered = {n: lower_update(n) for n in sorted(call_sizes)}
     lowered_eval = learner.evaluate.lower(abstract.train, seed_keys)
     pool = ThreadPoolExecutor(max_workers=1)
     try:
@@ -162,9 +166,7 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
     finally:  # on an error, do not wait for the compile: fail at once
         pool.shutdown(wait=False, cancel_futures=True)
     for n in set(sizes_lib.calls(sizes, updates_done)) - set(compiled):  # resumed off this grid
-        with compile_cache.unrolled_threefry():
-            lowered[n] = learner.update.lower(abstract, n)
-        compiled[n] = lowered[n].compile()
+        compiled[n] = lower_update(n).compile()
     jax.block_until_ready(state)
 
     reporter: reporting.NullReporter = reporting.NullReporter()
