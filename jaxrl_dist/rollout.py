@@ -12,6 +12,7 @@ one batched op before the loop, and the critic runs once on all observations aft
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Callable
 
 import jax
@@ -30,6 +31,34 @@ def spec_in(spec: EnvSpec, layout: Layout) -> EnvSpec:
     if not layout.members:
         return spec
     return dataclasses.replace(spec, batch_axis=LOCAL_MEMBER_AXIS, check_vma=False)
+
+
+def pack_by_dtype(tree: Any) -> tuple[dict[str, jax.Array], Callable[[dict], Any]]:
+    """Leaves ``[E, ...]`` -> one ``[E, K]`` array per dtype, and the inverse for any leading
+    axes (``[..., E, K]`` -> the tree).
+
+    The step loop's outputs go out packed: XLA:CPU writes each scan output with its own
+    dynamic-update-slice kernel every step, and in a small rollout every kernel launch counts
+    (10 outputs -> 3 on CartPole: +6 % env steps/s, same bits). Grouping by dtype keeps every
+    value exact."""
+    leaves, treedef = jax.tree.flatten(tree)
+    groups: dict[str, list[jax.Array]] = {}
+    for x in leaves:
+        groups.setdefault(x.dtype.name, []).append(x.reshape(x.shape[0], -1))
+    packed = {k: v[0] if len(v) == 1 else jnp.concatenate(v, axis=1) for k, v in groups.items()}
+    layout = [(x.dtype.name, x.shape[1:]) for x in leaves]
+
+    def unpack(arrays: dict[str, jax.Array]) -> Any:
+        offset = dict.fromkeys(arrays, 0)
+        out = []
+        for dtype, shape in layout:
+            size = math.prod(shape)
+            x = arrays[dtype][..., offset[dtype]:offset[dtype] + size]
+            offset[dtype] += size
+            out.append(x.reshape(*x.shape[:-1], *shape))
+        return jax.tree.unflatten(treedef, out)
+
+    return packed, unpack
 
 
 def env_keys(key: jax.Array, env_ids: jax.Array) -> jax.Array:
@@ -78,11 +107,15 @@ def collect(
             finished_return=out.finished_return, finished_length=out.finished_length,
             mask=slots.mask)
         extra = (out.truncated, out.final_obs) if bootstrap_truncation else None
-        return new_slots, (transition, extra)
+        packed, unpack[0] = pack_by_dtype((transition, extra))
+        return new_slots, packed
+
+    unpack: list = [None]   # set while tracing the step
 
     # No unrolling: with the slim body above, unroll 2/4/8 were within noise of 1 (CartPole, 4
     # envs) and compile longer (it was +25 % when the body still drew keys and ran the critic).
-    slots, (traj, extra) = jax.lax.scan(env_step, slots, (noise, key_env))
+    slots, packed = jax.lax.scan(env_step, slots, (noise, key_env))
+    traj, extra = unpack[0](packed)
 
     def values(obs: jax.Array) -> jax.Array:                 # [T, E, *obs] -> [T, E]
         flat = obs.reshape(-1, *spec.obs_shape)

@@ -193,3 +193,24 @@ def test_gymnax_render_libraries_are_imported_on_first_use():
                          text=True, timeout=100, env={**__import__("os").environ,
                                                       "MPLBACKEND": "Agg"})
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]
+
+
+def test_rollout_outputs_pack_by_dtype_and_unpack_exactly():
+    """The step loop's outputs travel as one array per dtype; unpacking (with the scan's extra
+    leading axis) gives back every leaf exactly, None leaves included."""
+    from jaxrl_dist.rollout import pack_by_dtype
+
+    rng = np.random.default_rng(0)
+    tree = {"obs": jnp.asarray(rng.normal(size=(3, 2, 2)), jnp.float32),
+            "action": jnp.asarray([2**30, -7, 5], jnp.int32),   # not exact in float32
+            "done": jnp.asarray([True, False, True]), "mask": None,
+            "reward": jnp.asarray(rng.normal(size=3), jnp.float32)}
+    packed, unpack = pack_by_dtype(tree)
+    assert {k: v.shape for k, v in packed.items()} == {
+        "float32": (3, 5), "int32": (3, 1), "bool": (3, 1)}
+    stacked = jax.tree.map(lambda x: jnp.stack([x, x]), packed)   # as a scan stacks [T, E, K]
+    out = unpack(stacked)
+    assert out["mask"] is None
+    for name in ("obs", "action", "done", "reward"):
+        assert out[name].dtype == tree[name].dtype
+        np.testing.assert_array_equal(out[name][0], tree[name])

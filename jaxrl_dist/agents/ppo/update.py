@@ -91,9 +91,13 @@ def make_sgd_step(config: Config, nets: Networks, optimizer: optax.GradientTrans
         local_params = jax.lax.pcast(params, axis_name, to="varying")
         grads, info = jax.grad(local_loss, has_aux=True)(local_params, batch, clip_eps)
         flat, unravel = ravel_pytree((grads, info))
-        grads, info = unravel(jax.lax.pmean(flat, axis_name))
+        flat = jax.lax.pmean(flat, axis_name)
+        # The norm of the flat gradient (its leaves come first): one reduction, not one per leaf.
+        grad_size = sum(x.size for x in jax.tree.leaves(grads))
+        grad_norm = jnp.sqrt(jnp.sum(jnp.square(flat[:grad_size])))
+        grads, info = unravel(flat)
         updates, opt_state = optimizer.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, info, optax.tree.norm(grads)
+        return optax.apply_updates(params, updates), opt_state, info, grad_norm
 
     return sgd_step
 
@@ -235,13 +239,18 @@ def make_update_fn(config: Config, sizes: Sizes, spec: EnvSpec, nets: Networks, 
                         lambda a, b: jnp.where(stopped, b, a), new, old)
                     new_params, new_opt_state = keep((new_params, new_opt_state),
                                                      (params, opt_state))
-                return (new_params, new_opt_state, stopped), (info, gnorm, stopped)
+                # One [8] vector per step, not 8 scalars: each scan output is a kernel per step.
+                return (new_params, new_opt_state, stopped), jnp.stack(
+                    [*info, gnorm, stopped.astype(jnp.float32)])
 
             minibatches = jax.tree.map(lambda x: to_minibatches(x, perm), data)
             return jax.lax.scan(minibatch, carry, minibatches._replace(advantage=advantage))
 
-        (params, opt_state, _), (info, grad_norm, skipped) = jax.lax.scan(
+        (params, opt_state, _), stats = jax.lax.scan(
             epoch, (train.params, train.opt_state, jnp.bool_(False)), (perms, epoch_advantages))
+        k = len(losses.LossInfo._fields)
+        info = losses.LossInfo(*jnp.moveaxis(stats[..., :k], -1, 0))         # each [U, M]
+        grad_norm, skipped = stats[..., k], stats[..., k + 1]
 
         # OBSERVATION STATISTICS (global moments of this rollout, used from the next one on)
         moments = train.obs_moments
@@ -268,7 +277,7 @@ def make_update_fn(config: Config, sizes: Sizes, spec: EnvSpec, nets: Networks, 
             "advantage_std": jnp.sqrt(jnp.maximum(residual_var, 0.0)),   # before normalising
             "learning_rate": schedule(train.update * p.update_epochs * M),
             "value_mean": m[3] / n + shift,
-            "sgd_steps_fraction": 1.0 - jnp.mean(skipped.astype(jnp.float32)),
+            "sgd_steps_fraction": 1.0 - jnp.mean(skipped),
             "clip_eps": clip_eps,
         }
         new_train = TrainState(params, opt_state, moments, value_moments, key, train.update + 1,
