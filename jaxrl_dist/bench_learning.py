@@ -181,13 +181,26 @@ def plot(task: str, results: dict[str, dict], threshold: float, path: Path) -> N
     plt.close(fig)
 
 
+def span(seeds: list[int]) -> str:
+    """``100–115`` for consecutive seeds, else the list."""
+    seeds = sorted(seeds)
+    if seeds == list(range(seeds[0], seeds[0] + len(seeds))):
+        return f"{seeds[0]}–{seeds[-1]}"
+    return ", ".join(map(str, seeds))
+
+
 def task_table(task: str, config, seeds: list[int], results: dict[str, dict]
                ) -> tuple[list[dict], list[str]]:
     """Rows (summaries + curves) and the markdown table of one task's trainers."""
     _, threshold, reference = TASKS[task]
     rows = []
-    md = [f"\n### {task} ({config.env}, {config.total_timesteps:,} steps, {len(seeds)} "
-          f"seeds {seeds[0]}–{seeds[-1]}; threshold {threshold:g}"
+    per_trainer = {t: r["seeds"] for t, r in results.items() if r.get("seeds")}
+    if len({tuple(s) for s in per_trainer.values()}) > 1:   # joined from runs on other seeds
+        which = "; ".join(f"{t}: {len(s)} seeds {span(s)}" for t, s in per_trainer.items())
+    else:
+        which = f"{len(seeds)} seeds {span(seeds)}"
+    md = [f"\n### {task} ({config.env}, {config.total_timesteps:,} steps, {which}; "
+          f"threshold {threshold:g}"
           + (f", gymnax-blines reference {reference:g}" if reference is not None else "")
           + ")\n",
           "| trainer | final eval mean [95% CI] | IQM [95% CI] | seeds ≥ threshold at end "

@@ -29,6 +29,16 @@ def test_summarize_counts_seeds_at_the_threshold_at_the_end():
     assert s["mean_ci"][0] <= 20.0 <= s["mean_ci"][1]
 
 
+def test_the_header_names_each_trainers_seeds_when_they_ran_on_different_ones():
+    config = config_lib.load(TASKS["cartpole"][0], [])
+    same = {"a": {**_result("a", [1.0, 2.0], [[0, 0, 0]] * 2), "seeds": [0, 1]},
+            "b": {**_result("b", [1.0, 2.0], [[0, 0, 0]] * 2), "seeds": [0, 1]}}
+    assert "2 seeds 0–1;" in task_table("cartpole", config, [0, 1], same)[1][0]
+    other = {**same, "b": {**same["b"], "seeds": [16, 18]}}
+    header = task_table("cartpole", config, [0, 1, 16, 18], other)[1][0]
+    assert "a: 2 seeds 0–1; b: 2 seeds 16, 18;" in header and "4 seeds" not in header
+
+
 @pytest.mark.parametrize("task", sorted(TASKS))
 def test_every_task_config_loads_and_renders(task):
     config_path, threshold, reference = TASKS[task]

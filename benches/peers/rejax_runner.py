@@ -89,5 +89,7 @@ print(json.dumps({
     "curve_steps": [(i + 1) * eval_freq for i in range(points)],
     "curve_return": curve.tolist(),
     "eval_method": "final: greedy policy, 16 episodes per seed; curve: rejax's own evaluation "
-                   f"(stochastic policy, 128 episodes, {points} points)",
+                   f"(stochastic policy, 128 episodes, {points} points)"
+                   + (f"; learning rate constant at {hp['learning_rate']:g} (rejax has no "
+                      "annealing; the config anneals it to 0)" if hp["anneal_lr"] else ""),
     "wall_s": time.perf_counter() - start, "compile_s": compile_s}), flush=True)
