@@ -16,6 +16,8 @@ Measures what docs/benchmarks.md reports, by running the real command lines as s
   learning    final returns of ours and rejax on N seeds each (bench_learning.py)
   population  N seeds in one command vs rejax vmapped vs N sequential runs (bench_population.py)
   periodic    what checkpoints and replica checks cost the loop at the defaults (bench_periodic.py)
+  accel       ours and rejax on a real GPU/TPU: throughput at thousands of envs and a population
+              of hundreds of seeds in one program (bench_accel.py)
 
 Every measurement is repeated (--repeats) and reported as min / median / max; results go to
 OUT/NAME.json and OUT/NAME.md. Nothing here is used by training.
@@ -247,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=["throughput", "scaling", "solve", "rejax", "results",
                                          "collectives", "learning", "population",
-                                         "periodic", "brax", "kernels"])
+                                         "periodic", "brax", "kernels", "accel"])
     parser.add_argument("--config", default=CARTPOLE)
     parser.add_argument("--configs", nargs="+", default=list(RESULT_TARGETS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
@@ -272,11 +274,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--brax-unroll", type=int, default=32,
                         help="brax: Brax's unroll_length (num_steps must be a multiple)")
     parser.add_argument("--no-rejax", action="store_true", help="kernels: ours only")
+    parser.add_argument("--envs", type=int, nargs="*", default=[4, 256, 2048, 16384],
+                        help="accel: global env counts (none: skip the throughput part)")
+    parser.add_argument("--updates", type=int, default=50, help="accel: updates per run")
+    parser.add_argument("--rejax-python", type=Path, help="accel: an interpreter that imports "
+                        "rejax 0.1.3 and gymnax 0.0.9 (default: .bench/rejax's)")
     parser.add_argument("--no-sequential", action="store_true",
                         help="population: skip the N sequential single runs")
     args = parser.parse_args(argv)
 
     started = time.strftime("%Y-%m-%d %H:%M:%S")
+    from jaxrl_dist.bench_accel import bench_accel
     from jaxrl_dist.bench_brax import bench_brax
     from jaxrl_dist.bench_collectives import bench_collectives
     from jaxrl_dist.bench_kernels import bench_kernels
@@ -289,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
           "rejax": bench_rejax, "results": bench_results,
           "collectives": bench_collectives, "learning": bench_learning,
           "population": bench_population, "periodic": bench_periodic,
-          "brax": bench_brax, "kernels": bench_kernels}[args.what]
+          "brax": bench_brax, "kernels": bench_kernels, "accel": bench_accel}[args.what]
     rows, table = fn(args)
     args.out.mkdir(parents=True, exist_ok=True)
     record = {"what": args.what, "started": started, "machine": machine(),

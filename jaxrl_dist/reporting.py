@@ -17,34 +17,35 @@ import yaml
 
 # Per-update sums that are aggregated over a logging interval by summing, not averaging.
 _SUMS = ("episode_return_sum", "episode_length_sum", "episodes")
-
-
-def aggregate(metrics: dict[str, np.ndarray]) -> dict[str, float | None]:
-    """Collapse ``[K]``-stacked per-update metrics of one interval into one row."""
-    row: dict[str, float | None] = {}
-    episodes = float(np.sum(metrics["episodes"]))
-    for name, values in metrics.items():
-        if name in _SUMS:
-            continue
-        row[name] = float(np.mean(values)) if name != "learning_rate" else float(values[-1])
-    row["episodes"] = episodes
-    row["episode_return"] = (float(np.sum(metrics["episode_return_sum"])) / episodes
-                             if episodes else None)
-    row["episode_length"] = (float(np.sum(metrics["episode_length_sum"])) / episodes
-                             if episodes else None)
-    return row
+_NOT_SCALARS = ("env_steps", "member")
 
 
 def member_rows(head: dict[str, Any], metrics: dict[str, np.ndarray], members: int | None,
                 result: dict[str, Any] | None) -> list[dict[str, Any]]:
-    """metrics.jsonl rows of one call: one per member (``members`` = None for a single run),
-    each with the evaluation made right after the call, if any."""
+    """metrics.jsonl rows of one call: one per member (``members`` = None for a single run,
+    whose metrics are ``[K]``; a population's are ``[members, K]``), each with the evaluation
+    made right after the call, if any. Reduced over K for all members at once: a loop over 256
+    members' metrics cost a GPU population more host time than its updates."""
+    n = members or 1
+    stacked = {k: np.asarray(v, np.float64).reshape(n, -1) for k, v in metrics.items()}
+    episodes = stacked["episodes"].sum(1)
+    has = episodes > 0
+    safe = np.where(has, episodes, 1.0)
+    columns: dict[str, list] = {}
+    for name, values in stacked.items():
+        if name not in _SUMS:
+            columns[name] = (values[:, -1] if name == "learning_rate" else values.mean(1)).tolist()
+    columns["episodes"] = episodes.tolist()
+    for name in ("return", "length"):
+        mean = stacked[f"episode_{name}_sum"].sum(1) / safe
+        columns[f"episode_{name}"] = [float(v) if h else None for v, h in zip(mean, has)]
+    if result is not None:
+        columns.update({f"eval/{k}": np.broadcast_to(np.atleast_1d(np.asarray(v, np.float64)),
+                                                      (n,)).tolist() for k, v in result.items()})
     rows = []
-    for m in range(members or 1):
-        mine = {k: v[m] for k, v in metrics.items()} if members else metrics
-        row = {**head, **({"member": m} if members else {}), **aggregate(mine)}
-        if result is not None:
-            row.update({f"eval/{k}": float(np.atleast_1d(v)[m]) for k, v in result.items()})
+    for m in range(n):
+        row = {**head, **({"member": m} if members else {})}
+        row.update({name: values[m] for name, values in columns.items()})
         rows.append(row)
     return rows
 
@@ -71,20 +72,29 @@ class NullReporter:
 
     def start(self, *args: Any, **kwargs: Any) -> None: ...
     def log(self, row: dict[str, Any]) -> None: ...
+    def log_population(self, rows: list[dict[str, Any]]) -> None: ...
     def advance(self, env_steps: int, postfix: dict[str, str]) -> None: ...
     def message(self, text: str) -> None: ...
     def finish(self, summary: dict[str, Any]) -> None: ...
+
+
+# A population's members past this many get no TensorBoard run of their own (metrics.jsonl
+# keeps every member): writing 256 members' events took ~1 s of host time per call, ten times
+# an H100's time for the call's 10 updates, and left the GPU idle (docs/benchmarks.md). The
+# main run gets the population's mean, min and max of every metric instead.
+MEMBER_RUNS = 8
 
 
 class RunReporter(NullReporter):
     """config.yaml, metrics.jsonl, summary.json, TensorBoard events and one live progress line."""
 
     def __init__(self, run_dir: Path, total_steps: int, progress: bool = True,
-                 tensorboard: bool = True):
+                 tensorboard: bool = True, member_runs: int = MEMBER_RUNS):
         self.run_dir = Path(run_dir)
         self.total_steps = total_steps
         self.progress = progress
         self.tensorboard = tensorboard
+        self.member_runs = member_runs
         self._bar = None
         self._initial_steps = 0
         self._tb = None
@@ -126,12 +136,36 @@ class RunReporter(NullReporter):
         """One metrics row (a population logs one row per member, with a ``member`` key)."""
         row = {k: _clean(v) for k, v in row.items()}
         self._metrics.write(json.dumps(row) + "\n")
-        step = int(row["env_steps"])
-        if self._tb is not None:
-            writer = self._writer(row.get("member"))
+        member = row.get("member")
+        if self._tb is not None and (member is None or member < self.member_runs):
+            self._scalars(self._writer(member), row)
+
+    def log_population(self, rows: list[dict[str, Any]]) -> None:
+        """One call of a population: every member's row, and in the main TensorBoard run the
+        mean, min and max over the members of each metric."""
+        for row in rows:
+            self.log(row)
+        if self._tb is None:
+            return
+        columns: dict[str, list[float]] = {}
+        for row in rows:
             for name, value in row.items():
-                if name not in ("env_steps", "member") and isinstance(value, (int, float)):
-                    writer.add_scalar(name if "/" in name else f"train/{name}", value, step)
+                if name not in _NOT_SCALARS and isinstance(value, (int, float)) and \
+                        math.isfinite(value):
+                    columns.setdefault(name, []).append(float(value))
+        summary = {"env_steps": rows[0]["env_steps"]}
+        for name, values in columns.items():
+            tag = name if "/" in name else f"train/{name}"
+            summary.update({f"{tag}/mean": float(np.mean(values)),
+                            f"{tag}/min": min(values), f"{tag}/max": max(values)})
+        self._scalars(self._tb, summary)
+
+    @staticmethod
+    def _scalars(writer, row: dict[str, Any]) -> None:
+        step = int(row["env_steps"])
+        for name, value in row.items():
+            if name not in _NOT_SCALARS and isinstance(value, (int, float)):
+                writer.add_scalar(name if "/" in name else f"train/{name}", value, step)
 
     def advance(self, env_steps: int, postfix: dict[str, str]) -> None:
         """Move the progress line to ``env_steps`` and show ``postfix``."""

@@ -275,8 +275,10 @@ def _log(run: Run, metrics: Any, updates: int, sps: float, result: dict | None) 
     head = {"env_steps": updates * run.sizes.batch_size, "updates": updates,
             "sps": sps * (run.layout.members or 1), "time_s": time.perf_counter() - run.start}
     rows = reporting.member_rows(head, run.layout.to_host(metrics), run.layout.members, result)
-    for row in rows:
-        run.reporter.log(row)
+    if run.layout.members:
+        run.reporter.log_population(rows)
+    else:
+        run.reporter.log(rows[0])
     run.rows.extend(rows)
     run.reporter.advance(head["env_steps"], reporting.postfix(rows))
 

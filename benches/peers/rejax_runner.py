@@ -76,7 +76,10 @@ keys = jax.vmap(jax.random.PRNGKey)(jnp.asarray(seeds, jnp.uint32))
 train = jax.jit(jax.vmap(algo.train))
 compiled = train.lower(keys).compile()
 compile_s = time.perf_counter() - start
+start_train = time.perf_counter()
 ts, (lengths, returns) = compiled(keys)               # returns: [S, points, 128 episodes]
+jax.block_until_ready(ts)
+train_s = time.perf_counter() - start_train           # training and its evaluations
 final = jax.jit(jax.vmap(greedy_return))(ts, jax.vmap(jax.random.PRNGKey)(
     jnp.asarray(seeds, jnp.uint32) + 7919))
 jax.block_until_ready(final)
@@ -92,4 +95,5 @@ print(json.dumps({
                    f"(stochastic policy, 128 episodes, {points} points)"
                    + (f"; learning rate constant at {hp['learning_rate']:g} (rejax has no "
                       "annealing; the config anneals it to 0)" if hp["anneal_lr"] else ""),
-    "wall_s": time.perf_counter() - start, "compile_s": compile_s}), flush=True)
+    "wall_s": time.perf_counter() - start, "compile_s": compile_s, "train_s": train_s,
+    "env_steps": steps}), flush=True)
