@@ -38,7 +38,9 @@ TASKS = {
     "minatar_freeway": ("configs/minatar_freeway.yaml", 20.0, None),
     "minatar_spaceinvaders": ("configs/minatar_spaceinvaders.yaml", 50.0, None),
     "minatar_asterix": ("configs/minatar_asterix.yaml", 4.0, None),
-}   # minatar_breakout.yaml reads the image with a CNN, which neither peer's PPO has
+    # minatar_breakout.yaml reads the image with a CNN, which neither peer's PPO has
+    "minatar_breakout_mlp": ("configs/minatar_breakout_mlp.yaml", 5.0, None),
+}
 PUREJAXRL_PYTHON = Path(".bench/purejaxrl/bin/python")
 PUREJAXRL_SRC = Path(".bench/purejaxrl_src")
 PUREJAXRL_COMMIT = "31756b197773a52db763fdbe6d635e4b46522a73"
