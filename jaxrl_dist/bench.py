@@ -95,8 +95,10 @@ def run_command(cmd: list[str], timeout: float = 1800, summary: bool = True, **e
     return out
 
 
-def train_cmd(run_dir: Path, devices: int, config: str, sets: list[str]) -> list[str]:
-    return [sys.executable, "-m", "jaxrl_dist.train", config, "--cpu-devices", str(devices),
+def train_cmd(run_dir: Path, devices: int | None, config: str, sets: list[str]) -> list[str]:
+    """``devices`` simulated CPU devices, or None: the machine's own accelerator."""
+    cpu = ["--cpu-devices", str(devices)] if devices is not None else []
+    return [sys.executable, "-m", "jaxrl_dist.train", config, *cpu,
             "--run-dir", str(run_dir), "--no-progress", *_sets(sets)]
 
 

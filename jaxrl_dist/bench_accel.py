@@ -25,7 +25,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from jaxrl_dist.bench import _fmt, _sets, run_command, stats
+from jaxrl_dist.bench import _fmt, run_command, stats, train_cmd
 from jaxrl_dist.bench_learning import PEERS, hparams
 from jaxrl_dist.bench_rejax import REJAX_PYTHON
 
@@ -44,8 +44,7 @@ def accelerator() -> str:
 
 def _ours(args, sets: list[str]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as tmp:   # fresh run dir and compile cache: a cold run
-        cmd = [sys.executable, "-m", "jaxrl_dist.train", args.config, "--run-dir",
-               str(Path(tmp) / "run"), "--no-progress", *_sets([*sets, *args.set])]
+        cmd = train_cmd(Path(tmp) / "run", None, args.config, [*sets, *args.set])
         out = run_command(cmd, timeout=args.timeout, JAXRL_DIST_CACHE=str(Path(tmp) / "xla"))
         summary = json.loads((Path(tmp) / "run/summary.json").read_text())
     return {"wall_s": out["wall_s"], "sps": summary["sps"],
