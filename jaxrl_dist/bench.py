@@ -208,44 +208,9 @@ def bench_solve(args) -> tuple[list[dict], str]:
     return rows, "\n".join(md)
 
 
-RESULT_TARGETS = {  # config -> (return threshold, steps budget) from each config's header
-    "configs/cartpole.yaml": (475, 500_000),
-    "configs/acrobot.yaml": (-100, 1_000_000),
-    "configs/pendulum.yaml": (-300, 3_000_000),
-    "configs/minatar_spaceinvaders.yaml": (90, 2_000_000),
-}
-
-
-def bench_results(args) -> tuple[list[dict], str]:
-    rows = []
-    md = ["| config | seed | threshold | first env steps ≥ threshold | best interval return | "
-          "final return | wall s | steady SPS |", "|---|---|---|---|---|---|---|---|"]
-    for config in args.configs:
-        threshold, _ = RESULT_TARGETS.get(config, (None, None))
-        for seed in args.seeds:
-            with tempfile.TemporaryDirectory() as tmp:
-                run = Path(tmp) / "run"
-                out = run_command(train_cmd(run, 1, config, [f"seed={seed}"]))
-                lines = (run / "metrics.jsonl").read_text().splitlines()
-                metrics = [json.loads(line) for line in lines]
-            returns = [(m["env_steps"], m["episode_return"]) for m in metrics
-                       if m["episode_return"] is not None]
-            first = next((s for s, r in returns if threshold is not None and r >= threshold),
-                         None)
-            row = {"config": config, "seed": seed, "threshold": threshold, "first": first,
-                   "best": max(r for _, r in returns), "final": returns[-1][1],
-                   "wall_s": out["wall_s"], "sps": out["summary"]["sps"]}
-            rows.append(row)
-            print(f"  {config} seed {seed}: first={first} best={row['best']:.1f}",
-                  file=sys.stderr, flush=True)
-            md.append(f"| {config} | {seed} | {threshold} | {first if first else '—'} | "
-                      f"{row['best']:.1f} | {row['final']:.1f} | {row['wall_s']:.0f} | "
-                      f"{row['sps']:,.0f} |")
-    return rows, "\n".join(md)
-
-
 def main(argv: list[str] | None = None) -> int:
     from jaxrl_dist.bench_learning import TASKS as LEARNING_TASKS
+    from jaxrl_dist.bench_results import RESULT_TARGETS, bench_results
 
     parser = argparse.ArgumentParser(prog="python -m jaxrl_dist.bench", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)

@@ -168,3 +168,53 @@ def test_sampled_evaluation_is_the_same_on_1_and_2_devices():
             results[deterministic, n] = [float(out[k]) for k in sorted(out)]
     np.testing.assert_allclose(results[False, 1], results[False, 2], rtol=1e-6)
     assert results[False, 1] != results[True, 1]
+
+
+def test_element_clipping_clips_each_gradient_element_and_is_topology_invariant(setup):
+    """ppo.grad_clip=element (rejax's optax.clip): the sharded step's optimizer sees the global
+    mean gradient with every element clipped to +-max_grad_norm, each network's norm untouched."""
+    _, spec, nets, _, params = setup
+    # Adam's eps at 1 makes its first step lr * g / (|g| + 1): it shows clipping, where the
+    # usual tiny eps would normalise every element to lr whatever the clip did.
+    hp = {"grad_clip": "element", "max_grad_norm": 0.01, "anneal_lr": False, "adam_eps": 1.0}
+    config = config_lib.from_dict({**TINY, "ppo": {**TINY["ppo"], **hp}})
+    optimizer, _ = optimizer_lib.make_optimizer(config, sizes_lib.derive_sizes(config, 1))
+    batch = _minibatch(spec, 32)
+    ref_params, grads = _reference_step(config, nets, optimizer, params, batch)
+    flat = np.concatenate([np.ravel(x) for x in jax.tree.leaves(grads)])
+    assert np.sum(np.abs(flat) > 0.02) > 10 and np.sum(np.abs(flat) < 0.005) > 10  # both kinds
+    by_hand = optax.chain(optax.clip(0.01), optax.adam(config.ppo.learning_rate, eps=1.0))
+    expected = optax.apply_updates(params, by_hand.update(grads, by_hand.init(params), params)[0])
+    assert _max_rel_diff(ref_params, expected) <= 1e-6
+    unclipped = optax.adam(config.ppo.learning_rate, eps=1.0)
+    assert _max_rel_diff(optax.apply_updates(params, unclipped.update(
+        grads, unclipped.init(params), params)[0]), expected) > 1e-4   # the clip did something
+    for n in (1, 4):
+        assert _max_rel_diff(_sharded_step(config, nets, optimizer, params, batch, n),
+                             ref_params) <= 1e-4, n
+
+
+def test_lecun_init_is_flax_default_everywhere():
+    """network.init=lecun: every kernel ~ N(0, 1/fan_in) (rejax's networks), heads included;
+    the orthogonal default keeps the small policy head."""
+    spec = make_env("CartPole-v1")
+    config = config_lib.from_dict({**TINY, "network": {**TINY.get("network", {}),
+                                                       "actor_hidden": [256], "init": "lecun"}})
+    params = make_networks(config.network, spec).init(jax.random.PRNGKey(0))
+    kernel = np.asarray(params["actor"]["MLP_0"]["Dense_0"]["kernel"])       # [4, 256]
+    head = np.asarray(params["actor"]["MLP_0"]["Dense_1"]["kernel"])         # [256, 2]
+    # lecun_normal is a truncated normal scaled to variance 1/fan_in
+    assert abs(np.var(kernel) * kernel.shape[0] - 1.0) < 0.2
+    assert abs(np.var(head) * head.shape[0] - 1.0) < 0.3
+    ortho = make_networks(config_lib.from_dict(
+        {**TINY, "network": {**TINY.get("network", {}), "actor_hidden": [256]}}).network,
+        spec).init(jax.random.PRNGKey(0))
+    assert np.std(ortho["actor"]["MLP_0"]["Dense_1"]["kernel"]) < 0.01 < np.std(head)
+
+
+def test_unknown_grad_clip_and_init_are_config_errors():
+    from jaxrl_dist.errors import ConfigError
+    with pytest.raises(ConfigError, match="ppo.grad_clip must be one of global_norm, element"):
+        config_lib.from_dict({**TINY, "ppo": {**TINY["ppo"], "grad_clip": "norm"}})
+    with pytest.raises(ConfigError, match="network.init must be one of orthogonal, lecun"):
+        config_lib.from_dict({**TINY, "network": {"init": "xavier"}})

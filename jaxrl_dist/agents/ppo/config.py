@@ -11,6 +11,8 @@ from jaxrl_dist.typed import doc as _doc
 ACTIVATIONS = ("tanh", "relu", "gelu", "silu", "elu")
 BOUNDED_ACTIONS = ("clip", "tanh")
 TORSOS = ("auto", "mlp", "cnn")
+GRAD_CLIPS = ("global_norm", "element")
+INITS = ("orthogonal", "lecun")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -22,7 +24,10 @@ class PPOConfig:
                                      default=None)
     ent_coef: float = _doc("entropy bonus coefficient", default=0.01)
     vf_coef: float = _doc("value-loss coefficient", default=0.5)
-    max_grad_norm: float = _doc("global-norm gradient clipping", default=0.5)
+    max_grad_norm: float = _doc("gradient clipping threshold (see grad_clip)", default=0.5)
+    grad_clip: str = _doc("global_norm: each network's gradient rescaled to norm <= max_grad_norm;"
+                          " element: every gradient element clipped to +-max_grad_norm (rejax)",
+                          default="global_norm")
     learning_rate: float = _doc("Adam learning rate (initial, if annealed)", default=2.5e-4)
     anneal_lr: bool = _doc("linearly anneal the learning rate to 0 over training", default=True)
     adam_eps: float = _doc("Adam epsilon", default=1e-5)
@@ -53,6 +58,9 @@ class NetworkConfig:
                       default="auto")
     cnn_channels: tuple[int, ...] = _doc("channels of the CNN torso's 3x3 conv layers (stride 1,"
                                          " ReLU), before the hidden layers", default=(16,))
+    init: str = _doc("weight init: orthogonal (sqrt 2; policy head 0.01, value head 1, as "
+                     "PureJaxRL and CleanRL) or lecun (flax's default, every layer; rejax)",
+                     default="orthogonal")
     bounded_actions: str = _doc("continuous actions with bounds: clip (a Gaussian, clipped by the "
                                 "environment) or tanh (a Gaussian squashed into the bounds)",
                                 default="clip")
@@ -89,6 +97,9 @@ def check(p: PPOConfig, n: NetworkConfig, num_steps: int) -> None:
     _require(p.max_grad_norm > 0, f"ppo.max_grad_norm must be > 0, got {p.max_grad_norm}")
     for name in ("ent_coef", "vf_coef"):
         _require(getattr(p, name) >= 0, f"ppo.{name} must be >= 0, got {getattr(p, name)}")
+    _require(p.grad_clip in GRAD_CLIPS,
+             f"ppo.grad_clip must be one of {', '.join(GRAD_CLIPS)}, got {p.grad_clip!r}")
+    _require(n.init in INITS, f"network.init must be one of {', '.join(INITS)}, got {n.init!r}")
     _require(n.activation in ACTIVATIONS,
              f"network.activation must be one of {', '.join(ACTIVATIONS)}, got {n.activation!r}")
     _require(n.bounded_actions in BOUNDED_ACTIONS,

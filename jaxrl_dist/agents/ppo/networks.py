@@ -39,24 +39,33 @@ def use_cnn(config: NetworkConfig, obs_shape: tuple[int, ...]) -> bool:
 
 
 class MLP(nn.Module):
-    """Optional 3x3 convolutions (``conv``, for [H, W, C] inputs), then dense layers."""
+    """Optional 3x3 convolutions (``conv``, for [H, W, C] inputs), then dense layers. Weights
+    are orthogonal (gain sqrt 2, the head ``out_scale``) or, with ``init="lecun"``, flax's
+    default lecun-normal everywhere; biases start at 0 either way."""
 
     hidden: Sequence[int]
     out_dim: int
     activation: str
     out_scale: float
     conv: Sequence[int] = ()
+    init: str = "orthogonal"
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         act = getattr(nn, self.activation)
+
+        def kernel(scale: float):
+            if self.init == "lecun":
+                return nn.initializers.lecun_normal()
+            return nn.initializers.orthogonal(scale)
+
         for channels in self.conv:
             x = nn.relu(nn.Conv(channels, (3, 3), padding="SAME",
-                                kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
+                                kernel_init=kernel(np.sqrt(2)))(x))
         x = x.reshape(x.shape[0], -1)  # without convolutions, images are flattened
         for size in self.hidden:
-            x = act(nn.Dense(size, kernel_init=nn.initializers.orthogonal(np.sqrt(2)))(x))
-        return nn.Dense(self.out_dim, kernel_init=nn.initializers.orthogonal(self.out_scale))(x)
+            x = act(nn.Dense(size, kernel_init=kernel(np.sqrt(2)))(x))
+        return nn.Dense(self.out_dim, kernel_init=kernel(self.out_scale))(x)
 
 
 class Actor(nn.Module):
@@ -69,7 +78,7 @@ class Actor(nn.Module):
     @nn.compact
     def __call__(self, obs: jax.Array) -> Categorical | DiagGaussian:
         out = MLP(self.config.actor_hidden, self.action_dim, self.config.activation, 0.01,
-                  self.conv)(obs)
+                  self.conv, self.config.init)(obs)
         if not self.continuous:
             return Categorical(out)
         log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
@@ -83,7 +92,8 @@ class Critic(nn.Module):
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
-        return MLP(self.config.critic_hidden, 1, self.config.activation, 1.0, self.conv)(obs)[:, 0]
+        return MLP(self.config.critic_hidden, 1, self.config.activation, 1.0, self.conv,
+                   self.config.init)(obs)[:, 0]
 
 
 class Networks(NamedTuple):

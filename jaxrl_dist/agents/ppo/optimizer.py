@@ -26,7 +26,8 @@ def hyperparameters(config: Config, swept: dict[str, jax.Array] | None = None) -
 
 def make_optimizer(config: Config, sizes: Sizes, hp: dict[str, Any] | None = None
                    ) -> tuple[optax.GradientTransformation, Callable[[jax.Array], jax.Array]]:
-    """Adam with global-norm clipping; returns (optimizer, lr schedule over SGD steps).
+    """Adam after gradient clipping (``ppo.grad_clip``: each network's global norm, or each
+    element); returns (optimizer, lr schedule over SGD steps).
     Built inside the program when ``hp`` holds a member's swept (traced) values."""
     p = config.ppo
     hp = hyperparameters(config, hp)
@@ -42,7 +43,8 @@ def make_optimizer(config: Config, sizes: Sizes, hp: dict[str, Any] | None = Non
     def network(tree):
         return {name: name for name in tree}
 
-    per_network = optax.flatten(optax.chain(optax.clip_by_global_norm(hp["max_grad_norm"]),
+    clip = (optax.clip_by_global_norm if p.grad_clip == "global_norm" else optax.clip)
+    per_network = optax.flatten(optax.chain(clip(hp["max_grad_norm"]),
                                             optax.adam(schedule, eps=p.adam_eps)))
     optimizer = optax.multi_transform({"actor": per_network, "critic": per_network}, network)
     return optimizer, schedule
