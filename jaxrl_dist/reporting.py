@@ -18,6 +18,8 @@ import yaml
 # Per-update sums that are aggregated over a logging interval by summing, not averaging.
 _SUMS = ("episode_return_sum", "episode_length_sum", "episodes")
 _NOT_SCALARS = ("env_steps", "member")
+# Fields of the row's head, the same for every member of a call: a population logs them once.
+_SHARED = ("updates", "sps", "time_s")
 
 
 def member_rows(head: dict[str, Any], metrics: dict[str, np.ndarray], members: int | None,
@@ -142,7 +144,7 @@ class RunReporter(NullReporter):
 
     def log_population(self, rows: list[dict[str, Any]]) -> None:
         """One call of a population: every member's row, and in the main TensorBoard run the
-        mean, min and max over the members of each metric."""
+        mean, min and max over the members of each metric (the call's shared fields once)."""
         for row in rows:
             self.log(row)
         if self._tb is None:
@@ -153,8 +155,11 @@ class RunReporter(NullReporter):
                 if name not in _NOT_SCALARS and isinstance(value, (int, float)) and \
                         math.isfinite(value):
                     columns.setdefault(name, []).append(float(value))
-        summary = {"env_steps": rows[0]["env_steps"]}
+        summary = {"env_steps": rows[0]["env_steps"],
+                   **{name: rows[0][name] for name in _SHARED if name in rows[0]}}
         for name, values in columns.items():
+            if name in _SHARED:
+                continue
             tag = name if "/" in name else f"train/{name}"
             summary.update({f"{tag}/mean": float(np.mean(values)),
                             f"{tag}/min": min(values), f"{tag}/max": max(values)})

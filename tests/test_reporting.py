@@ -61,7 +61,8 @@ def test_a_population_logs_every_member_but_tensorboard_runs_only_the_first(tmp_
     reporter = reporting.RunReporter(tmp_path, 100, progress=False, member_runs=2)
     reporter.start({})
     m = _metrics(np.random.default_rng(1), members)
-    reporter.log_population(reporting.member_rows({"env_steps": 10}, m, members, None))
+    head = {"env_steps": 10, "updates": 1, "sps": 5.0, "time_s": 2.0}
+    reporter.log_population(reporting.member_rows(head, m, members, None))
     reporter.finish({})
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["member"] for r in rows] == [0, 1, 2]            # every member in the file
@@ -71,3 +72,4 @@ def test_a_population_logs_every_member_but_tensorboard_runs_only_the_first(tmp_
     main = _tags(tmp_path / "tb")                               # the population's spread
     assert {"train/loss/mean", "train/loss/min", "train/loss/max"} <= main
     assert "train/episode_return/mean" in main                  # members without episodes skipped
+    assert {"train/sps", "train/updates"} <= main and "train/sps/mean" not in main  # shared: once
