@@ -158,6 +158,16 @@ def from_dict(data: dict[str, Any], population: bool = True) -> Config:
     return config
 
 
+def with_defaults(saved: dict[str, Any]) -> dict[str, Any]:
+    """A saved run's config (a checkpoint's) with the keys added since it was written at their
+    defaults, so a checkpoint of an older version resumes when nothing it trained with
+    changed. A config this version cannot read stays as saved (the comparison names the key)."""
+    try:
+        return to_dict(from_dict(saved, population=False))
+    except ConfigError:
+        return saved
+
+
 def load(path: str | Path | None, overrides: list[str] = ()) -> Config:
     """Config from an optional YAML file plus ``KEY=VALUE`` overrides."""
     data = apply_overrides(load_yaml(path) if path is not None else {}, list(overrides))

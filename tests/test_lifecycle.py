@@ -298,3 +298,22 @@ def test_zero_size_arrays_are_checkpointed_and_restored(tmp_path):
     assert restored["act"].shape == (4, 0) and restored["n"]["c"].shape == (0,)
     saved, _ = read_checkpoint(tmp_path / "ckpt")
     assert np.array_equal(saved["a"], [0.0, 1.0, 2.0])
+
+
+def test_a_checkpoint_older_than_a_config_key_resumes(reference, tmp_path):
+    """A checkpoint written before ``ppo.grad_clip`` and ``network.init`` existed: the missing
+    keys take their defaults, so it resumes (and ends where the uninterrupted run did)."""
+    ref_run, ref = reference
+    run = tmp_path / "run"
+    shutil.copytree(ref_run, run)
+    shutil.rmtree(run / "checkpoints" / "20")
+    (run / "summary.json").unlink()
+    (meta_file,) = [f for f in (run / "checkpoints" / "15").rglob("*")
+                    if f.is_file() and b'"grad_clip"' in f.read_bytes()]
+    meta = json.loads(meta_file.read_text())
+    del meta["config"]["ppo"]["grad_clip"], meta["config"]["network"]["init"]
+    meta_file.write_text(json.dumps(meta))
+    proc, resumed = train_cli(run, "--resume")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "resuming at 15" in proc.stderr
+    assert max_rel_diff(params_of(run)[0], params_of(ref_run)[0]) <= 1e-5
