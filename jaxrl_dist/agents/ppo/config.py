@@ -24,7 +24,7 @@ class PPOConfig:
                                      default=None)
     ent_coef: float = _doc("entropy bonus coefficient", default=0.01)
     vf_coef: float = _doc("value-loss coefficient", default=0.5)
-    max_grad_norm: float = _doc("gradient clipping threshold (see grad_clip)", default=0.5)
+    max_grad_norm: float = _doc("gradient clipping threshold (see ppo.grad_clip)", default=0.5)
     grad_clip: str = _doc("global_norm: each network's gradient rescaled to norm <= max_grad_norm;"
                           " element: every gradient element clipped to +-max_grad_norm (rejax)",
                           default="global_norm")
