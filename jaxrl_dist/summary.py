@@ -4,17 +4,19 @@ with a population's per-member rows and their mean, IQM and CIs."""
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 
 import jaxrl_dist
 from jaxrl_dist import distributed, population
 
+if TYPE_CHECKING:
+    from jaxrl_dist.run import Run
 
-def build(run: Any, stats: list[tuple[float, str]]) -> dict[str, Any]:
-    """The summary of a finished run (the trainer's ``Run``); ``stats``: each member's
-    (parameter norm, fingerprint)."""
+
+def build(run: Run, stats: list[tuple[float, str]]) -> dict[str, Any]:
+    """The summary of a finished run; ``stats``: each member's (parameter norm, fingerprint)."""
     c, sizes, layout = run.config, run.sizes, run.layout
     count = layout.members or 1
     last = run.evals[-1] if run.evals else None

@@ -12,64 +12,26 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
 import jax
 import numpy as np
 
-import jaxrl_dist
 from jaxrl_dist import compile_cache, distributed, integrity, population, reporting, rundir
 from jaxrl_dist import summary as summary_lib
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import sharding
 from jaxrl_dist import sizes as sizes_lib
-from jaxrl_dist.agents import Learner, make_learner
+from jaxrl_dist.agents import make_learner
 from jaxrl_dist.checkpoint import CheckpointError, Checkpointer, check_compatible
 from jaxrl_dist.config import Config, ConfigError
-from jaxrl_dist.sizes import Sizes
 from jaxrl_dist.envs import from_config as make_env_from_config
 from jaxrl_dist.errors import RunError
 from jaxrl_dist.hooks import Hook, HookTable
+from jaxrl_dist.run import Run
 
 param_stats = integrity.param_stats
-
-
-@dataclass
-class Run:
-    """Everything the loop and the summary need; ``state`` is the one pytree that changes."""
-
-    config: Config
-    sizes: Sizes
-    layout: sharding.Layout
-    learner: Learner
-    env_name: str
-    run_dir: Path
-    compiled: dict[int, Any]       # updates per call -> compiled update program
-    evaluate: Any                  # compiled evaluation program
-    seed_keys: Any
-    checkpointer: Checkpointer
-    reporter: reporting.NullReporter
-    state: Any
-    updates_done: int
-    first_update: int
-    compile_time: float
-    start: float
-    rows: list[dict[str, Any]] = field(default_factory=list)   # one per member per call
-    evals: list[dict[str, Any]] = field(default_factory=list)  # one per evaluation
-    status: str = "completed"
-    solved_at: int | None = None
-    loop_time: float = 0.0
-    hooks: str = ""   # the periodic work as it ran, e.g. "checkpoint every 812 updates"
-    cache: dict[str, Any] = field(default_factory=dict)   # compile cache dir, hits, misses
-
-    def meta(self) -> dict[str, Any]:
-        return {"updates": self.updates_done,
-                "env_steps": self.updates_done * self.sizes.batch_size,
-                "config": config_lib.to_dict(self.config), "num_devices": self.layout.mesh.size,
-                "num_processes": distributed.process_count(),
-                "jaxrl_dist_version": jaxrl_dist.__version__, "jax_version": jax.__version__}
 
 
 def train(
@@ -194,27 +156,14 @@ def loop(run: Run) -> None:
     """Dispatch calls; after each, fire the hooks that are due. The host logs the PREVIOUS
     call's metrics after dispatching the next, so reading metrics back never idles the devices
     (unless a hook needs the state)."""
-    c, sizes = run.config, run.sizes
+    sizes = run.sizes
     pending: list = []   # metrics of the last call, not yet logged
     eval_row: dict[int, dict] = {}
 
     def evaluate(updates: int) -> None:
-        result = run.layout.to_host(run.evaluate(run.state.train, run.seed_keys))
-        eval_row[updates] = result
-        run.evals.append({"env_steps": updates * sizes.batch_size, **{
-            f"eval/{k}": np.atleast_1d(v).astype(float).tolist() for k, v in result.items()}})
-        if c.target_return is not None and run.solved_at is None and np.all(
-                np.asarray(result["return_mean"]) >= c.target_return):
-            run.solved_at = updates   # a population stops once EVERY member is there
+        eval_row[updates] = _evaluate(run, updates)
 
-    hooks = HookTable([
-        Hook("evaluate", evaluate, every=c.eval_every),
-        Hook("check replicas",
-             lambda _: integrity.check_replicas(run.state.train.params, run.layout),
-             every=c.check_replicas_every, seconds=60 * c.check_replicas_minutes),
-        Hook("checkpoint", lambda _: run.checkpointer.save(run.state, run.meta()),
-             every=c.checkpoint_every, seconds=60 * c.checkpoint_minutes),
-    ])
+    hooks = _hooks(run, evaluate)
     last = [time.perf_counter()]
 
     def flush() -> None:
@@ -226,10 +175,9 @@ def loop(run: Run) -> None:
             last[0] = now
         distributed.heartbeat()
 
-    calls = sizes_lib.calls(sizes, run.updates_done)
     loop_start = time.perf_counter()
     distributed.heartbeat()
-    for call_index, n in enumerate(calls):
+    for call_index, n in enumerate(sizes_lib.calls(sizes, run.updates_done)):
         before = run.updates_done
         run.state, metrics = run.compiled[n](run.state)
         run.updates_done += n
@@ -248,17 +196,7 @@ def loop(run: Run) -> None:
         if "evaluate" in fired or last_call:
             flush()                      # the eval is logged on its own update's row
         distributed.maybe_inject_fault(run.updates_done)
-        if distributed.should_stop(call_index):
-            if "checkpoint" not in fired:
-                run.checkpointer.save(run.state, run.meta())
-            run.status = "preempted"
-            run.reporter.message(f"stop requested: saved and stopping after update "
-                                 f"{run.updates_done}")
-            break
-        if run.solved_at is not None:
-            run.status = "solved"
-            run.reporter.message(f"target return {c.target_return} reached after "
-                                 f"{run.updates_done} updates; stopping")
+        if _should_stop(run, call_index, saved="checkpoint" in fired):
             break
     flush()
     jax.block_until_ready(run.state)
@@ -268,6 +206,48 @@ def loop(run: Run) -> None:
         run.checkpointer.save(run.state, run.meta())
     integrity.check_replicas(run.state.train.params, run.layout)
     run.checkpointer.close()
+
+
+def _hooks(run: Run, evaluate) -> HookTable:
+    """The periodic work, each with its period in updates or in minutes."""
+    c = run.config
+    return HookTable([
+        Hook("evaluate", evaluate, every=c.eval_every),
+        Hook("check replicas",
+             lambda _: integrity.check_replicas(run.state.train.params, run.layout),
+             every=c.check_replicas_every, seconds=60 * c.check_replicas_minutes),
+        Hook("checkpoint", lambda _: run.checkpointer.save(run.state, run.meta()),
+             every=c.checkpoint_every, seconds=60 * c.checkpoint_minutes),
+    ])
+
+
+def _evaluate(run: Run, updates: int) -> dict[str, Any]:
+    """Evaluate the current policy; record it, and whether every member reached the target."""
+    result = run.layout.to_host(run.evaluate(run.state.train, run.seed_keys))
+    run.evals.append({"env_steps": updates * run.sizes.batch_size, **{
+        f"eval/{k}": np.atleast_1d(v).astype(float).tolist() for k, v in result.items()}})
+    target = run.config.target_return
+    if target is not None and run.solved_at is None and np.all(
+            np.asarray(result["return_mean"]) >= target):
+        run.solved_at = updates   # a population stops once EVERY member is there
+    return result
+
+
+def _should_stop(run: Run, call_index: int, saved: bool) -> bool:
+    """Preemption (agreed by every process; saved before stopping) or the target reached."""
+    if distributed.should_stop(call_index):
+        if not saved:
+            run.checkpointer.save(run.state, run.meta())
+        run.status = "preempted"
+        run.reporter.message(f"stop requested: saved and stopping after update "
+                             f"{run.updates_done}")
+        return True
+    if run.solved_at is not None:
+        run.status = "solved"
+        run.reporter.message(f"target return {run.config.target_return} reached after "
+                             f"{run.updates_done} updates; stopping")
+        return True
+    return False
 
 
 def _log(run: Run, metrics: Any, updates: int, sps: float, result: dict | None) -> None:

@@ -1,0 +1,54 @@
+"""The record of one training run: what the loop and the summary read, built by the trainer's
+setup. ``state`` (the one pytree of arrays) changes every call; the rest is bookkeeping."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import jax
+
+import jaxrl_dist
+from jaxrl_dist import config as config_lib
+from jaxrl_dist import distributed, reporting, sharding
+from jaxrl_dist.agents import Learner
+from jaxrl_dist.checkpoint import Checkpointer
+from jaxrl_dist.config import Config
+from jaxrl_dist.sizes import Sizes
+
+
+@dataclass
+class Run:
+    """Everything the loop and the summary need; ``state`` is the one pytree that changes."""
+
+    config: Config
+    sizes: Sizes
+    layout: sharding.Layout
+    learner: Learner
+    env_name: str
+    run_dir: Path
+    compiled: dict[int, Any]       # updates per call -> compiled update program
+    evaluate: Any                  # compiled evaluation program
+    seed_keys: Any
+    checkpointer: Checkpointer
+    reporter: reporting.NullReporter
+    state: Any
+    updates_done: int
+    first_update: int
+    compile_time: float
+    start: float
+    rows: list[dict[str, Any]] = field(default_factory=list)   # one per member per call
+    evals: list[dict[str, Any]] = field(default_factory=list)  # one per evaluation
+    status: str = "completed"
+    solved_at: int | None = None
+    loop_time: float = 0.0
+    hooks: str = ""   # the periodic work as it ran, e.g. "checkpoint every 812 updates"
+    cache: dict[str, Any] = field(default_factory=dict)   # compile cache dir, hits, misses
+
+    def meta(self) -> dict[str, Any]:
+        return {"updates": self.updates_done,
+                "env_steps": self.updates_done * self.sizes.batch_size,
+                "config": config_lib.to_dict(self.config), "num_devices": self.layout.mesh.size,
+                "num_processes": distributed.process_count(),
+                "jaxrl_dist_version": jaxrl_dist.__version__, "jax_version": jax.__version__}
