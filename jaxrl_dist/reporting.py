@@ -152,14 +152,12 @@ class RunReporter(NullReporter):
         columns: dict[str, list[float]] = {}
         for row in rows:
             for name, value in row.items():
-                if name not in _NOT_SCALARS and isinstance(value, (int, float)) and \
-                        math.isfinite(value):
+                if name not in _NOT_SCALARS + _SHARED and isinstance(value, (int, float)) \
+                        and math.isfinite(value):
                     columns.setdefault(name, []).append(float(value))
         summary = {"env_steps": rows[0]["env_steps"],
                    **{name: rows[0][name] for name in _SHARED if name in rows[0]}}
         for name, values in columns.items():
-            if name in _SHARED:
-                continue
             tag = name if "/" in name else f"train/{name}"
             summary.update({f"{tag}/mean": float(np.mean(values)),
                             f"{tag}/min": min(values), f"{tag}/max": max(values)})
