@@ -14,7 +14,7 @@ Examples:
 Every option can also be given as an environment variable, e.g. --nproc-per-node as
 JAXRL_LAUNCH_NPROC_PER_NODE (flags win).
 
-Imports point one way, supervise -> plan -> cli -> jaxrl_dist.protocol, and never reach jax or
+Imports point one way, supervise -> worker -> plan -> cli -> jaxrl_dist.protocol, and never reach jax or
 the trainer: the launcher must set XLA flags before any worker imports jax, and parsing and
 planning stay pure so they are tested without starting processes.
 """
@@ -23,7 +23,8 @@ from jaxrl_dist.launch.cli import (_OPTIONS, DESCRIPTION, LaunchConfig, LaunchEr
                                    build_parser, env_name, parse_args, parse_host_port)
 from jaxrl_dist.launch.plan import (WorkerSpec, banner, check_port_free, describe, is_loopback,
                                     pick_free_port, plan)
-from jaxrl_dist.launch.supervise import LOG_TAIL_LINES, Outcome, Supervisor, Worker, main
+from jaxrl_dist.launch.supervise import Outcome, Supervisor, main
+from jaxrl_dist.launch.worker import LOG_TAIL_LINES, Worker
 
 __all__ = ["DESCRIPTION", "LOG_TAIL_LINES", "LaunchConfig", "LaunchError", "Outcome",
            "Supervisor", "Worker", "WorkerSpec", "banner", "build_parser", "check_port_free",

@@ -7,128 +7,19 @@ reported by rank, pid and log tail. Signals are forwarded; workers die with the 
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
-import os
 import signal
 import subprocess
 import sys
-import threading
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from typing import IO, Callable, Sequence
+from typing import IO, Sequence
 
 from jaxrl_dist.launch.cli import LaunchConfig, LaunchError, parse_args
 from jaxrl_dist.launch.plan import (WorkerSpec, banner, check_port_free, describe, is_loopback,
                                     pick_free_port, plan)
+from jaxrl_dist.launch.worker import Worker, describe_exit, log_tail
 from jaxrl_dist.protocol import EXIT_BAD_INPUT, EXIT_PREEMPTED
-
-LOG_TAIL_LINES = 25
-
-
-def _child_setup(cpus: tuple[int, ...] | None) -> Callable[[], None]:
-    def setup() -> None:
-        """In the child: die with SIGKILL when the launcher dies (never an orphan); pin."""
-        try:
-            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PDEATHSIG
-        except OSError:
-            pass
-        if cpus:
-            os.sched_setaffinity(0, cpus)
-    return setup
-
-
-def _describe_exit(code: int) -> str:
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exited with code {code}"
-
-
-def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
-    try:
-        text = path.read_bytes()[-64_000:].decode(errors="replace")
-    except OSError:
-        return []
-    out = [line.rsplit("\r", 1)[-1] for line in text.splitlines()]
-    return [line for line in out if line.strip()][-lines:]
-
-
-class Worker:
-    """One running worker: its process, output pump and exit time."""
-
-    def __init__(self, spec: WorkerSpec, console: IO[bytes] | None, prefix: bytes):
-        self.spec = spec
-        env = {**os.environ, **spec.env}
-        for path in (spec.error_path, spec.heartbeat_path):
-            path.unlink(missing_ok=True)
-        spec.heartbeat_path.touch()
-        self.log = open(spec.log_path, "ab")
-        self.proc = subprocess.Popen(spec.cmd, env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                     start_new_session=True,
-                                     preexec_fn=_child_setup(spec.cpus))
-        self.exit_code: int | None = None
-        self.exit_time: float | None = None
-        self.hung = False
-        self._pump = threading.Thread(target=self._copy, args=(console, prefix), daemon=True)
-        self._pump.start()
-        self._waiter = threading.Thread(target=self._wait, daemon=True)
-        self._waiter.start()
-
-    def _copy(self, console: IO[bytes] | None, prefix: bytes) -> None:
-        at_line_start = True
-        for chunk in iter(lambda: os.read(self.proc.stdout.fileno(), 65536), b""):
-            self.log.write(chunk)
-            self.log.flush()
-            if console is None:
-                continue
-            if prefix:  # prefix every line (and every \r-redrawn progress line)
-                out = bytearray()
-                for byte in chunk:
-                    if at_line_start:
-                        out += prefix
-                    out.append(byte)
-                    at_line_start = byte in (10, 13)
-                chunk = bytes(out)
-            try:
-                console.write(chunk)
-                console.flush()
-            except (OSError, ValueError):
-                pass
-
-    def _wait(self) -> None:
-        code = self.proc.wait()
-        self.exit_time = time.monotonic()
-        self.exit_code = code
-
-    @property
-    def running(self) -> bool:
-        return self.exit_code is None
-
-    def signal(self, sig: int) -> None:
-        if self.running:
-            try:
-                os.killpg(self.proc.pid, sig)
-            except (ProcessLookupError, PermissionError):
-                pass
-
-    def seconds_without_progress(self) -> float:
-        """Seconds since the last completed update; 0 until training has started."""
-        try:
-            if self.spec.heartbeat_path.read_text() != "train":
-                return 0.0
-            return time.time() - self.spec.heartbeat_path.stat().st_mtime
-        except OSError:
-            return 0.0
-
-    def close(self) -> None:
-        self._waiter.join(timeout=5)
-        self._pump.join(timeout=5)
-        self.log.close()
 
 
 @dataclass
@@ -205,7 +96,7 @@ class Supervisor:
                               key=lambda w: w.exit_time)
             if failures:
                 return Outcome(self._exit_code(failures[0].exit_code), failures[0],
-                               _describe_exit(failures[0].exit_code))
+                               describe_exit(failures[0].exit_code))
             if len(finished) == len(workers):
                 return Outcome(0)
             if finished:
@@ -256,12 +147,12 @@ class Supervisor:
                  f"{s.local_rank}, pid {w.proc.pid}) {outcome.reason}; "
                  f"{time.monotonic() - self.started:.1f}s after start; other local ranks were "
                  f"stopped"]
-        error = _tail(s.error_path, 60)
+        error = log_tail(s.error_path, 60)
         if error:
             lines.append(f"--- error file {s.error_path} ---")
             lines += error
         lines.append(f"--- last lines of {s.log_path} ---")
-        lines += _tail(s.log_path)
+        lines += log_tail(s.log_path)
         self.say("\n  ".join(lines))
 
 
