@@ -14,9 +14,9 @@ Examples:
 Every option can also be given as an environment variable, e.g. --nproc-per-node as
 JAXRL_LAUNCH_NPROC_PER_NODE (flags win).
 
-Imports point one way, supervise -> worker -> plan -> cli -> jaxrl_dist.protocol, and never reach jax or
-the trainer: the launcher must set XLA flags before any worker imports jax, and parsing and
-planning stay pure so they are tested without starting processes.
+Imports point one way, supervise -> worker -> plan -> cli -> jaxrl_dist.protocol, and never
+reach jax or the trainer: the launcher must set XLA flags before any worker imports jax, and
+parsing and planning stay pure so they are tested without starting processes.
 """
 
 from jaxrl_dist.launch.cli import (_OPTIONS, DESCRIPTION, LaunchConfig, LaunchError,
