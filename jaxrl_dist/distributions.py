@@ -19,12 +19,13 @@ _LOG_2PI = float(np.log(2.0 * np.pi))
 MASKED_LOGIT = -1e9
 
 
-def action_noise(key: jax.Array, continuous: bool, action_dim: int) -> jax.Array:
-    """The randomness of one action draw, separate from the distribution so a rollout can draw
-    all of it in one batched op before its loop (per-step RNG ops dominate small rollouts)."""
+def action_noise(key: jax.Array, continuous: bool, shape: tuple[int, ...]) -> jax.Array:
+    """The randomness of action draws (``shape``: [..., action_dim]), separate from the
+    distribution so a rollout can draw all of it in one batched op before its loop (per-step
+    RNG ops dominate small rollouts)."""
     if continuous:
-        return jax.random.normal(key, (action_dim,))
-    return jax.random.gumbel(key, (action_dim,))
+        return jax.random.normal(key, shape)
+    return jax.random.gumbel(key, shape)
 
 
 class Categorical(NamedTuple):
@@ -35,7 +36,7 @@ class Categorical(NamedTuple):
         return self if mask is None else Categorical(jnp.where(mask, self.logits, MASKED_LOGIT))
 
     def sample(self, key: jax.Array) -> jax.Array:
-        return self.sample_from_noise(action_noise(key, False, self.logits.shape[-1]))
+        return self.sample_from_noise(action_noise(key, False, self.logits.shape[-1:]))
 
     def sample_from_noise(self, gumbel: jax.Array) -> jax.Array:
         """Gumbel-max: argmax(logits + Gumbel noise) is a draw from softmax(logits)."""

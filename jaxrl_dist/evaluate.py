@@ -71,7 +71,7 @@ def make_eval_program(config: Config, spec: EnvSpec, policy: Callable[..., Any],
                 action = dist.mode()
             else:   # per-environment noise from its own key: the same on any topology
                 action = dist.sample_from_noise(jax.vmap(lambda k: action_noise(
-                    jax.random.fold_in(k, 1), spec.continuous, spec.action_dim))(keys))
+                    jax.random.fold_in(k, 1), spec.continuous, (spec.action_dim,)))(keys))
             action = dist.env_action(action)
             slots, out = envs_lib.step(spec, envs_lib.step_keys(keys), slots, action,
                                       autoreset=False)   # one episode each

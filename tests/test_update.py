@@ -218,3 +218,18 @@ def test_unknown_grad_clip_and_init_are_config_errors():
         config_lib.from_dict({**TINY, "ppo": {**TINY["ppo"], "grad_clip": "norm"}})
     with pytest.raises(ConfigError, match="network.init must be one of orthogonal, lecun"):
         config_lib.from_dict({**TINY, "network": {"init": "xavier"}})
+
+
+@pytest.mark.parametrize("n", [2, 5, 128, 4097])
+def test_minibatch_permutation_is_a_uniform_permutation(n):
+    """update.permutation (one single-operand sort; jax.random.permutation above 4096): every
+    draw is a permutation, and over many keys each element lands in each half equally often."""
+    keys = jax.random.split(jax.random.PRNGKey(3), 400)
+    perms = np.asarray(jax.jit(jax.vmap(lambda k: update.permutation(k, n)))(keys))
+    assert perms.dtype == np.int32
+    np.testing.assert_array_equal(np.sort(perms, axis=1), np.broadcast_to(np.arange(n), perms.shape))
+    assert n <= 5 or len({p.tobytes() for p in perms}) == 400   # not a few fixed orders
+    # where element 0 lands: uniform over positions, so its mean position is (n-1)/2 within
+    # 4 standard errors (sd of a uniform position ~ n/sqrt(12), 400 draws)
+    pos = np.argmax(perms == 0, axis=1)
+    assert abs(pos.mean() - (n - 1) / 2) < 4 * (n / np.sqrt(12)) / np.sqrt(400)

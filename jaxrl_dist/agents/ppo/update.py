@@ -66,6 +66,20 @@ def normalize_advantages(advantage: jax.Array, global_sums: jax.Array) -> jax.Ar
     return (advantage - mean[..., None]) / (std[..., None] + 1e-8)
 
 
+def permutation(key: jax.Array, n: int) -> jax.Array:
+    """A uniformly random permutation of ``range(n)`` by ONE single-operand sort: random bits
+    above, the index below (distinct, so the sorted low bits are a permutation). XLA:CPU sorts
+    one operand with its built-in comparison, ~3x faster than the key-value sort of
+    ``jax.random.permutation`` (+6 % on the CartPole update). Equal random parts keep index
+    order; with >= 20 random bits that touches ~n^2 / 2^21 pairs of a shuffle, so longer
+    sequences use ``jax.random.permutation``."""
+    index_bits = max(1, (n - 1).bit_length())
+    if index_bits > 12:
+        return jax.random.permutation(key, n)
+    keyed = (jax.random.bits(key, (n,), jnp.uint32) << index_bits) | jnp.arange(n, dtype=jnp.uint32)
+    return (jnp.sort(keyed) & ((1 << index_bits) - 1)).astype(jnp.int32)
+
+
 def make_sgd_step(config: Config, nets: Networks, optimizer: optax.GradientTransformation,
                   axis_name: str = DATA_AXIS, hp: dict[str, Any] | None = None) -> Callable:
     """One gradient step on a global minibatch; call inside shard_map over ``axis_name``.
@@ -169,8 +183,7 @@ def make_update_fn(config: Config, sizes: Sizes, spec: EnvSpec, nets: Networks, 
 
         # MINIBATCHES: stratified by environment; every epoch's permutations drawn up front
         def epoch_perm(key_epoch):                                                 # [E, T]
-            return jax.vmap(lambda e: jax.random.permutation(
-                jax.random.fold_in(key_epoch, e), T))(env_ids)
+            return jax.vmap(lambda e: permutation(jax.random.fold_in(key_epoch, e), T))(env_ids)
 
         def to_minibatches(x, perm):                              # [T, E, ...] -> [M, n, ...]
             x = jax.vmap(lambda xe, pe: xe[pe])(jnp.swapaxes(x, 0, 1), perm)       # [E, T, ...]
