@@ -71,8 +71,8 @@ def permutation(key: jax.Array, n: int) -> jax.Array:
     above, the index below (distinct, so the sorted low bits are a permutation). XLA:CPU sorts
     one operand with its built-in comparison, ~3x faster than the key-value sort of
     ``jax.random.permutation`` (+6 % on the CartPole update). Equal random parts keep index
-    order; with >= 20 random bits that touches ~n^2 / 2^21 pairs of a shuffle, so longer
-    sequences use ``jax.random.permutation``."""
+    order: n^2 / 2^(33 - index bits) tied pairs expected per shuffle, 0.0002 for n = 128 and
+    8 for n = 4096, so longer sequences use ``jax.random.permutation``."""
     index_bits = max(1, (n - 1).bit_length())
     if index_bits > 12:
         return jax.random.permutation(key, n)
