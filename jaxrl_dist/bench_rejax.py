@@ -96,13 +96,16 @@ def bench_rejax(args) -> tuple[list[dict], str]:
     for name in names:
         r = {"label": name, **{k: stats([x[k] for x in results[name]])
                                for k in ("sps", "compile_time_s", "wall_s")},
-             "final_return": [x["final_return"] for x in results[name]]}
+             "final_return": [x["final_return"] for x in results[name]],
+             "per_repeat": results[name]}   # in run order: pair i is repeat i of each trainer
         rows.append(r)
         md.append(f"| {name} | {_fmt(r['sps'])} | {_fmt(r['compile_time_s'], 1)} | "
                   f"{_fmt(r['wall_s'], 1)} | "
                   f"{', '.join(f'{v:.0f}' for v in r['final_return'])} |")
     ratio = rows[0]["sps"]["median"] / rows[2]["sps"]["median"]
-    md.append(f"\nRatio of median steady SPS (ours, cold / rejax): **{ratio:.2f}x**; ours runs "
+    pairs = [a["sps"] / b["sps"] for a, b in zip(results[names[0]], results[names[2]])]
+    md.append(f"\nRatio of median steady SPS (ours, cold / rejax): **{ratio:.2f}x** (per pair "
+              f"{min(pairs):.2f}x-{max(pairs):.2f}x); ours runs "
               f"the shipped config with its defaults ({' '.join(ours_sets)}); the warm run "
               f"reuses the cold run's compile cache")
     return rows, "\n".join(md)
