@@ -223,7 +223,8 @@ def test_unknown_grad_clip_and_init_are_config_errors():
 @pytest.mark.parametrize("n", [2, 5, 128, 4097])
 def test_minibatch_permutation_is_a_uniform_permutation(n):
     """update.permutation (one single-operand sort; jax.random.permutation above 4096): every
-    draw is a permutation, and over many keys each element lands in each half equally often."""
+    draw is a permutation, draws differ, and over many keys an element's position is uniform
+    (its mean position is the middle)."""
     keys = jax.random.split(jax.random.PRNGKey(3), 400)
     perms = np.asarray(jax.jit(jax.vmap(lambda k: update.permutation(k, n)))(keys))
     assert perms.dtype == np.int32
