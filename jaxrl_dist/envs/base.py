@@ -147,10 +147,10 @@ def to_env_action(spec: EnvSpec, action: jax.Array) -> jax.Array:
 
 
 def step_keys(keys: jax.Array) -> jax.Array:
-    """[..., key] -> [..., 2, key]: a (step, reset) key pair per environment (the pair gymnax's
-    ``Environment.step`` splits from its one key). Splitting ahead (for a whole rollout at once)
-    keeps random-number generation out of the step loop, where XLA:CPU runs threefry as a loop
-    of its own."""
+    """[..., key] -> [..., 2, key]: a (step, reset) key pair per environment, the pair gymnax's
+    ``Environment.step`` splits from its one key (evaluation steps with these; the tests compare
+    :func:`step` with gymnax through them). A training rollout draws its pairs for all its steps
+    at once instead (``rollout.collect``)."""
     return jax.vmap(jax.random.split)(keys.reshape(-1, *keys.shape[-1:])).reshape(
         *keys.shape[:-1], 2, *keys.shape[-1:])
 
