@@ -8,6 +8,12 @@ to host memory, training continues, and files are written in the background (the
 restore (each writes/reads its shards of the global arrays). Restoring into the shardings of a
 different mesh reshards, which is how a run saved on one topology resumes on another. No pickle
 is involved: arrays go to tensorstore, metadata to JSON.
+
+Each checkpoint holds three items: ``state`` (the slots of the run state the learner marks as
+saved; the others are rebuilt on resume), ``meta`` (JSON: progress, the config, and the
+``policy`` record of what the policy needs: algorithm, its section, observation and action
+specs) and ``policy`` (the arrays the deployed policy needs), so a run directory alone
+rebuilds the trained policy (:mod:`jaxrl_dist.policy`).
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from typing import Any, Iterator
 
 import jax
 
-from jaxrl_dist.types import RunState
+from jaxrl_dist.types import ActorState, RunState
 
 # Config keys that may change between a run and its resumption: they steer bookkeeping only,
 # not what is computed. Everything else must match the checkpoint.
@@ -45,13 +51,22 @@ def _ocp():
 
 
 class Checkpointer:
-    def __init__(self, directory: str | Path, keep: int = 3, create: bool = True):
+    """``saved``: which slots of the run state a checkpoint holds (the learner's
+    ``checkpointed``); ``policy_params``: train state -> the deployed policy's arrays."""
+
+    def __init__(self, directory: str | Path, keep: int = 3,
+                 saved: RunState = RunState(True, True, True), policy_params: Any = None):
         ocp = _ocp()
         self.directory = Path(directory).absolute()
+        self.saved = tuple(name for name, keep_it in saved._asdict().items() if keep_it)
+        self.policy_params = policy_params
         self._manager = ocp.CheckpointManager(
             self.directory,
-            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=create,
-                                                 enable_async_checkpointing=True))
+            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
+                                                 enable_async_checkpointing=True),
+            item_handlers={"state": ocp.StandardCheckpointHandler(),
+                           "meta": ocp.JsonCheckpointHandler(),
+                           "policy": ocp.StandardCheckpointHandler()})
 
     def latest_step(self) -> int | None:
         self.wait()
@@ -64,11 +79,13 @@ class Checkpointer:
     def save(self, state: RunState, meta: dict[str, Any]) -> None:
         """Save at step ``meta["updates"]`` (a collective: every process calls it)."""
         ocp = _ocp()
-        self._manager.save(
-            int(meta["updates"]),
-            args=ocp.args.Composite(state=ocp.args.StandardSave(_without_empty(state)),
-                                    meta=ocp.args.JsonSave(meta)),
-            force=True)
+        slots = {name: getattr(state, name) for name in self.saved
+                 if jax.tree.leaves(getattr(state, name))}   # () data: nothing to save
+        items = dict(state=ocp.args.StandardSave(_without_empty(slots)),
+                     meta=ocp.args.JsonSave(meta))
+        if self.policy_params is not None:
+            items["policy"] = ocp.args.StandardSave(self.policy_params(state.train))
+        self._manager.save(int(meta["updates"]), args=ocp.args.Composite(**items), force=True)
 
     def restore(self, like: RunState, step: int | None = None) -> tuple[RunState, dict]:
         """Restore into the shapes and shardings of ``like`` (a state on the CURRENT mesh)."""
@@ -76,20 +93,40 @@ class Checkpointer:
         step = self.latest_step() if step is None else step
         if step is None:
             raise CheckpointError(f"no checkpoint in {self.directory}")
-        target = jax.tree.map(
-            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-            _without_empty(like))
+        def abstract(tree):
+            return jax.tree.map(
+                lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                _without_empty(tree))
+
         try:
             with _quiet_stderr_on_failure():
+                stored = self._stored_slots(step)
+                if "envs" in stored and "actors" not in stored:   # written before the
+                    # learner shape (RunState(train, envs)): the environments are now the
+                    # actors' env slot, and nothing else was saved
+                    target = {"train": like.train, "envs": like.actors.env}
+                else:
+                    target = {name: getattr(like, name) for name in self.saved
+                              if name in stored}
                 restored = self._manager.restore(
-                    step, args=ocp.args.Composite(state=ocp.args.StandardRestore(target),
-                                                  meta=ocp.args.JsonRestore()))
+                    step, args=ocp.args.Composite(state=ocp.args.StandardRestore(
+                        abstract(target)), meta=ocp.args.JsonRestore()))
         except Exception as e:  # orbax/tensorstore raise many types for damaged files
             first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
             raise CheckpointError(f"checkpoint {step} in {self.directory} is unreadable "
                                   f"({type(e).__name__}: {first}); nothing was changed") from None
-        state = jax.tree.map(lambda x, r: x if x.size == 0 else r, like, restored.state)
-        return state, dict(restored.meta)
+        slots = dict(restored.state)
+        if "envs" in slots:
+            slots["actors"] = ActorState(slots.pop("envs"), like.actors.carry)
+        loaded = like._replace(**{name: jax.tree.map(lambda x, r: x if x.size == 0 else r,
+                                                     getattr(like, name), slot)
+                                  for name, slot in slots.items()})
+        return loaded, dict(restored.meta)
+
+    def _stored_slots(self, step: int) -> set[str]:
+        """Top-level names of a checkpoint's state item."""
+        tree = self._manager.item_metadata(step)["state"]
+        return set(getattr(tree, "tree", tree) or {})
 
     def close(self) -> None:
         self._manager.wait_until_finished()
@@ -139,25 +176,35 @@ def check_compatible(saved: dict[str, Any], current: dict[str, Any], prefix: str
                 f" resume with the run's own config (its config.yaml) or start a new run")
 
 
-def read_checkpoint(directory: str | Path, step: int | None = None
+def read_checkpoint(directory: str | Path, step: int | None = None, item: str = "state"
                     ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A checkpoint as plain nested dicts of numpy arrays, plus its metadata, for analysis in
-    one process, whatever topology wrote it (arrays are gathered onto one local device)."""
+    """A checkpoint's ``item`` (``state``, or ``policy``: the deployed policy's arrays) as plain
+    nested dicts of numpy arrays, plus its metadata, for use in one process, whatever topology
+    wrote it (arrays are gathered onto one local device)."""
     import numpy as np
 
     ocp = _ocp()
+    directory = Path(directory).absolute()
+    if not directory.is_dir():
+        raise CheckpointError(f"no checkpoint directory {directory}")
     manager = ocp.CheckpointManager(
-        Path(directory).absolute(), options=ocp.CheckpointManagerOptions(read_only=True),
+        directory, options=ocp.CheckpointManagerOptions(read_only=True),
         item_handlers={"state": ocp.StandardCheckpointHandler(),
-                       "meta": ocp.JsonCheckpointHandler()})
-    step = manager.latest_step() if step is None else step
-    if step is None:
-        raise CheckpointError(f"no checkpoint in {directory}")
-    tree = manager.item_metadata(step)["state"]
-    device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-    target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
-                          getattr(tree, "tree", tree))
-    restored = manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
-    manager.close()
-    return jax.tree.map(np.asarray, restored.state), dict(restored.meta)
+                       "meta": ocp.JsonCheckpointHandler(),
+                       "policy": ocp.StandardCheckpointHandler()})
+    try:
+        step = manager.latest_step() if step is None else step
+        if step is None:
+            raise CheckpointError(f"no checkpoint in {directory}")
+        tree = manager.item_metadata(step).get(item)
+        if tree is None:
+            raise CheckpointError(f"checkpoint {step} in {directory} has no '{item}' item "
+                                  f"(written by an older version: train with this one)")
+        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+        target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                              getattr(tree, "tree", tree))
+        restored = manager.restore(step, args=ocp.args.Composite(
+            **{item: ocp.args.StandardRestore(target)}, meta=ocp.args.JsonRestore()))
+    finally:
+        manager.close()
+    return jax.tree.map(np.asarray, restored[item]), dict(restored.meta)

@@ -8,10 +8,8 @@ imports jax: the CLI must read a config before jax is imported.
 
 from __future__ import annotations
 
-from jaxrl_dist import typed
+from jaxrl_dist import agents, typed
 from jaxrl_dist.typed import doc as _doc
-from jaxrl_dist.agents.ppo import config as ppo_config
-from jaxrl_dist.agents.ppo.config import SWEEPABLE, NetworkConfig, PPOConfig
 from jaxrl_dist.errors import ConfigError
 
 import dataclasses
@@ -28,8 +26,9 @@ class PopulationConfig:
     seeds: tuple[int, ...] = _doc("train one member per seed in ONE program; [] = a single run "
                                   "with `seed`", default=())
     sweep: dict[str, tuple[float, ...]] = _doc(
-        f"dotted key -> values; members = seeds x every combination. Sweepable: "
-        f"{', '.join(SWEEPABLE)}", default_factory=dict)
+        "dotted key -> values; members = seeds x every combination. Sweepable: the "
+        "algorithm's scalar hyperparameters (ppo: learning_rate, ent_coef, clip_eps, gamma, "
+        "gae_lambda, vf_coef, max_grad_norm)", default_factory=dict)
     member_devices: int | None = _doc("devices along the member axis (the rest split each "
                                       "member's envs); null = as many as divide the members",
                                       default=None)
@@ -41,6 +40,8 @@ class PopulationConfig:
 
 @dataclass(frozen=True, kw_only=True)
 class Config:
+    algo: str = _doc("the learning algorithm; its settings are the config section of the same "
+                     "name (ppo:)", default="ppo")
     env: str = _doc("environment: a gymnax id (CartPole-v1) or suite:name with suite one of "
                     "brax, playground, jumanji, xminigrid, craftax (optional extras)",
                     default="CartPole-v1")
@@ -55,7 +56,6 @@ class Config:
     total_timesteps: int = _doc("global environment steps to train for", default=500_000)
     num_envs: int = _doc("GLOBAL number of parallel environments (split over devices)",
                          default=4)
-    num_steps: int = _doc("rollout length per environment per update", default=128)
     updates_per_call: int = _doc("updates fused into one compiled call (= logging interval); "
                                  "lowered to a divisor of the run's updates if one is near",
                                  default=10)
@@ -86,9 +86,23 @@ class Config:
                                      "process on this machine; 'auto' = $JAXRL_DIST_CACHE, else "
                                      "$XDG_CACHE_HOME/jaxrl_dist/xla, else "
                                      "~/.cache/jaxrl_dist/xla; null = off", default="auto")
-    ppo: PPOConfig = field(default_factory=PPOConfig)
-    network: NetworkConfig = field(default_factory=NetworkConfig)
+    # The algorithm's section (``ppo:`` for PPO), typed by the algorithm's registry record;
+    # read it as ``config.agent`` or by its name (``config.ppo``).
+    agent: Any = field(default=None, metadata={"internal": True})
     population: PopulationConfig = field(default_factory=lambda: PopulationConfig())
+
+    def __getattr__(self, name: str) -> Any:
+        if name != "algo" and name == self.__dict__.get("algo"):
+            return self.agent
+        raise AttributeError(f"{type(self).__name__!s} has no attribute {name!r}")
+
+    @property
+    def algorithm(self) -> agents.Algorithm:
+        return agents.get(self.algo)
+
+
+# Keys of the PPO section that older configs wrote at the top level; still read, and mapped.
+LEGACY_PPO_KEYS = ("num_steps", "network")
 
 
 # --------------------------------------------------------------------------------------------
@@ -105,7 +119,8 @@ def to_dict(config: Config) -> dict[str, Any]:
             return [convert(v) for v in x]
         return x
 
-    return convert(dataclasses.asdict(config))
+    data = convert(dataclasses.asdict(config))
+    return {(config.algo if k == "agent" else k): v for k, v in data.items()}
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
@@ -119,6 +134,8 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
             value = yaml.safe_load(raw) if raw.strip() else raw
         except yaml.YAMLError:
             value = raw
+        if key.split(".")[0] in LEGACY_PPO_KEYS and data.get("algo", "ppo") == "ppo":
+            key = f"ppo.{key}"
         node = data
         parts = key.split(".")
         for part in parts[:-1]:
@@ -151,8 +168,42 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+def _migrate(data: dict[str, Any]) -> dict[str, Any]:
+    """Older configs' top-level PPO keys (``num_steps``, ``network``) moved into ``ppo:``."""
+    legacy = [k for k in LEGACY_PPO_KEYS if k in data]
+    if not legacy:
+        return data
+    algo = data.get("algo", "ppo")
+    if algo != "ppo":
+        raise ConfigError(f"config key '{legacy[0]}' belongs to the ppo: section, but algo is "
+                          f"{algo!r}; move it into the '{algo}:' section if it has one")
+    data = dict(data)
+    section = dict(data.get("ppo") or {})
+    for key in legacy:
+        if key in section:
+            raise ConfigError(f"config key '{key}' is given both at the top level and as "
+                              f"'ppo.{key}'; keep only 'ppo.{key}'")
+        section[key] = data.pop(key)
+    data["ppo"] = section
+    return data
+
+
 def from_dict(data: dict[str, Any], population: bool = True) -> Config:
-    config = typed.build(Config, data)
+    """A checked Config; the algorithm's section is typed by its registry record."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"a config must be a mapping of keys, got {type(data).__name__}")
+    data = _migrate(data)
+    algo = data.get("algo", "ppo")
+    if not isinstance(algo, str):
+        raise ConfigError(f"config key 'algo': expected a string, got {algo!r}")
+    algorithm = agents.get(algo)
+    others = sorted(set(data) & set(agents.algorithms()) - {algo})
+    if others:
+        raise ConfigError(f"config section '{others[0]}:' is for algo {others[0]}, but algo is "
+                          f"{algo!r}; remove the section or set algo: {others[0]}")
+    rest = {k: v for k, v in data.items() if k != algo}
+    section = typed.build(algorithm.section, data.get(algo) or {}, f"{algo}.")
+    config = dataclasses.replace(typed.build(Config, rest), agent=section)
     if population:
         check(config)
     return config
@@ -191,16 +242,18 @@ def check(config: Config) -> None:
     """Checks that need no device count."""
     c = config
     _require(c.seed >= 0, f"seed must be >= 0, got {c.seed}")
-    for name in ("num_envs", "num_steps", "total_timesteps", "updates_per_call",
+    for name in ("num_envs", "total_timesteps", "updates_per_call",
                  "keep_checkpoints", "eval_episodes"):
         _require(getattr(c, name) >= 1, f"{name} must be >= 1, got {getattr(c, name)}")
     for name in ("checkpoint_every", "eval_every", "check_replicas_every", "checkpoint_minutes",
                  "check_replicas_minutes"):
         _require(getattr(c, name) >= 0, f"{name} must be >= 0 (0 = off), got {getattr(c, name)}")
-    _require(c.total_timesteps >= c.num_envs * c.num_steps,
+    algorithm = c.algorithm
+    steps = algorithm.steps_per_env(c.agent)
+    _require(c.total_timesteps >= c.num_envs * steps,
              f"total_timesteps ({c.total_timesteps}) must be at least one update: num_envs x "
-             f"num_steps = {c.num_envs * c.num_steps}")
-    ppo_config.check(config.ppo, config.network, config.num_steps)
+             f"{c.algo}'s steps per environment = {c.num_envs} x {steps} = {c.num_envs * steps}")
+    algorithm.check(c.agent)
     _require(c.episode_length is None or c.episode_length >= 1,
              f"episode_length must be >= 1 or null, got {c.episode_length}")
     _check_population(config)
@@ -216,12 +269,13 @@ def _check_population(config: Config) -> None:
     base = to_dict(config)
     base.pop("population")
     known = {key for key, _, _ in describe()}
+    sweepable = config.algorithm.sweepable
     for key, values in pop.sweep.items():
-        if key not in SWEEPABLE:
+        if key not in sweepable:
             why = ("changes array shapes or the compiled program, so members could not share "
                    "one program" if key in known else "is not a config key")
-            raise ConfigError(f"population.sweep: '{key}' {why}; sweepable keys: "
-                              f"{', '.join(SWEEPABLE)}")
+            raise ConfigError(f"population.sweep: '{key}' {why}; sweepable keys of algo "
+                              f"{config.algo}: {', '.join(sweepable)}")
         _require(len(values) >= 1, f"population.sweep.{key}: give at least one value")
         for value in values:
             try:
@@ -236,6 +290,8 @@ def describe() -> list[tuple[str, str, str]]:
 
     def walk(cls: type, prefix: str) -> None:
         for f in dataclasses.fields(cls):
+            if f.metadata.get("internal"):
+                continue
             if dataclasses.is_dataclass(typing.get_type_hints(cls)[f.name]):  # a section
                 walk(typing.get_type_hints(cls)[f.name], f"{prefix}{f.name}.")
             elif f.default_factory is not dataclasses.MISSING:
@@ -245,4 +301,6 @@ def describe() -> list[tuple[str, str, str]]:
                 rows.append((prefix + f.name, repr(f.default), f.metadata.get("help", "")))
 
     walk(Config, "")
+    for name, algorithm in sorted(agents.algorithms().items()):
+        walk(algorithm.section, f"{name}.")
     return rows

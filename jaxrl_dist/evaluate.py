@@ -9,18 +9,18 @@ what training does.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import Mesh
 
 from jaxrl_dist import envs as envs_lib
-from jaxrl_dist import rollout
-from jaxrl_dist.config import Config
-from jaxrl_dist.distributions import action_noise
+from jaxrl_dist import rollout, running_stats
 from jaxrl_dist.envs import EnvSpec
-from jaxrl_dist.sharding import DATA_AXIS, LOCAL_MEMBER_AXIS, Layout
+from jaxrl_dist.sharding import Layout
+
+if TYPE_CHECKING:
+    from jaxrl_dist.agents.base import Agent
 
 EVAL_STREAM = 0x5EED  # folded into the seed so eval keys never collide with training keys
 
@@ -29,69 +29,68 @@ def _device_varying(tree: Any, axes: tuple[str, ...]) -> Any:
     """Mark per-device loop state as varying over every mesh axis (shard_map's type system
     requires a loop carry to keep its type, and stepping makes every leaf device-varying)."""
     def cast(x):
-        aval = jax.typeof(x)
-        varying = getattr(aval, "vma", None)  # older jax; 0.10 has manual_axis_type.varying
-        if varying is None:
-            varying = aval.manual_axis_type.varying
+        varying = jax.typeof(x).manual_axis_type.varying
         missing = tuple(a for a in axes if a not in varying)
         return jax.lax.pcast(x, missing, to="varying") if missing else x
     return jax.tree.map(cast, tree)
 
 
-def make_eval_program(config: Config, spec: EnvSpec, policy: Callable[..., Any],
-                      layout: Layout | Mesh
-                      ) -> Callable[[Any, jax.Array, jax.Array], dict[str, jax.Array]]:
-    """(acting state, seed key, update index) -> {"return_mean", "return_std", "length_mean"}.
+def make_eval_program(agent: Agent, spec: EnvSpec, layout: Layout, episodes: int,
+                      deterministic: bool
+                      ) -> Callable[[Any, jax.Array], dict[str, jax.Array]]:
+    """(train state, seed key) -> {"return_mean", "return_std", "length_mean"}.
 
-    ``policy(acting state, raw observations [E, *obs], legal-action mask or None)`` is the
-    learner's action distribution (the acting state is whatever it needs: parameters,
-    observation moments). The seed key is an argument so one compiled program serves every
-    seed. In a population every argument and result has a leading member dimension."""
-    layout = layout if isinstance(layout, Layout) else Layout(layout)
-    spec = rollout.spec_in(spec, layout)
-    local_envs = config.eval_episodes // layout.data_size
+    Acts with ``agent.policy`` (deterministic: what an exporter serialises) or, with
+    ``deterministic`` False, with ``agent.act`` (actions sampled as in training). The seed key
+    is an argument so one compiled program serves every seed; the update count in the train
+    state picks the episodes' keys. In a population every argument and result has a leading
+    member dimension."""
+    axis = layout.data_axis
+    local_envs = episodes // layout.data_size
     max_steps = spec.max_episode_steps
-    deterministic = config.eval_deterministic
 
-    def local_eval(acting, seed_key, update):
-        key = jax.random.fold_in(jax.random.fold_in(seed_key, EVAL_STREAM), update)
-        env_ids = jax.lax.axis_index(DATA_AXIS) * local_envs + jnp.arange(local_envs)
+    def local_eval(train, seed_key):
+        key = jax.random.fold_in(jax.random.fold_in(seed_key, EVAL_STREAM), train.update)
+        env_ids = rollout.local_env_ids(local_envs, axis)
         key_reset, key_steps = jax.random.split(key)
-        slots = jax.vmap(lambda k: envs_lib.reset(spec, k))(rollout.env_keys(key_reset, env_ids))
+        actors = rollout.reset_actors(spec, agent, rollout.env_keys(key_reset, env_ids))
+        policy_params, acting = agent.policy_params(train), agent.acting(train)
 
         def cond(carry):
             t, _, _, _, done = carry
             return jnp.logical_and(t < max_steps, jnp.logical_not(jnp.all(done)))
 
         def body(carry):
-            t, slots, ret, length, done = carry
-            dist = policy(acting, slots.obs, slots.mask)
+            t, actors, ret, length, done = carry
+            slots = actors.env
             keys = rollout.env_keys(jax.random.fold_in(key_steps, t), env_ids)
             if deterministic:
-                action = dist.mode()
+                carry_next, action = actors.carry, agent.policy(policy_params, slots.obs,
+                                                                slots.mask)
             else:   # per-environment noise from its own key: the same on any topology
-                action = dist.sample_from_noise(jax.vmap(lambda k: action_noise(
-                    jax.random.fold_in(k, 1), spec.continuous, (spec.action_dim,)))(keys))
-            action = dist.env_action(action)
+                noise = jax.vmap(lambda k: jax.tree.map(
+                    lambda x: x[0], agent.noise(jax.random.fold_in(k, 1), 1)))(keys)
+                action, carry_next, _ = agent.act(acting, actors.carry, slots.obs, slots.mask,
+                                                  noise)
+                action = agent.env_action(action)
             slots, out = envs_lib.step(spec, envs_lib.step_keys(keys), slots, action,
                                       autoreset=False)   # one episode each
             ret = jnp.where(done, ret, ret + out.reward)
             length = jnp.where(done, length, length + 1)
             done = done | out.terminated | out.truncated
-            return t + 1, slots, ret, length, done
+            return t + 1, actors._replace(env=slots, carry=carry_next), ret, length, done
 
         zeros = jnp.zeros(local_envs)
         carry = (jnp.int32(0), *_device_varying(
-            (slots, zeros, zeros, jnp.zeros(local_envs, bool)), layout.axes))
+            (actors, zeros, zeros, jnp.zeros(local_envs, bool)), layout.axes))
         _, _, ret, length, _ = jax.lax.while_loop(cond, body, carry)
         sums = jax.lax.psum(jnp.stack([jnp.sum(ret), jnp.sum(jnp.square(ret)), jnp.sum(length),
-                                       jnp.float32(local_envs)]), DATA_AXIS)
-        mean = sums[0] / sums[3]
-        return {"return_mean": mean,
-                "return_std": jnp.sqrt(jnp.maximum(sums[1] / sums[3] - jnp.square(mean), 0.0)),
+                                       jnp.float32(local_envs)]), axis)
+        mean, var = running_stats.moments_from_sums(sums[0], sums[1], sums[3])
+        return {"return_mean": mean, "return_std": jnp.sqrt(var),
                 "length_mean": sums[2] / sums[3]}
 
-    body = (jax.vmap(local_eval, axis_name=LOCAL_MEMBER_AXIS) if layout.members
+    body = (jax.vmap(local_eval, axis_name=layout.member_vmap_axis) if layout.members
             else local_eval)
-    return jax.jit(jax.shard_map(body, mesh=layout.mesh, in_specs=(layout.train,) * 3,
+    return jax.jit(jax.shard_map(body, mesh=layout.mesh, in_specs=(layout.train,) * 2,
                                  out_specs=layout.train, check_vma=spec.check_vma))

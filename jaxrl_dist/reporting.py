@@ -15,32 +15,32 @@ from typing import Any
 import numpy as np
 import yaml
 
-# Per-update sums that are aggregated over a logging interval by summing, not averaging.
-_SUMS = ("episode_return_sum", "episode_length_sum", "episodes")
 _NOT_SCALARS = ("env_steps", "member")
 # Fields of the row's head, the same for every member of a call: a population logs them once.
 _SHARED = ("updates", "sps", "time_s")
 
 
 def member_rows(head: dict[str, Any], metrics: dict[str, np.ndarray], members: int | None,
-                result: dict[str, Any] | None) -> list[dict[str, Any]]:
+                result: dict[str, Any] | None, aggregations: dict[str, str]
+                ) -> list[dict[str, Any]]:
     """metrics.jsonl rows of one call: one per member (``members`` = None for a single run,
     whose metrics are ``[K]``; a population's are ``[members, K]``), each with the evaluation
-    made right after the call, if any. Reduced over K for all members at once: a loop over 256
-    members' metrics cost a GPU population more host time than its updates."""
+    made right after the call, if any. Each metric is reduced over the call's K updates as its
+    learner declares (``aggregations``: name -> mean, last or sum); the episode sums become
+    ``episode_return`` / ``episode_length`` (None if no episode ended). Reduced for all
+    members at once: a loop over 256 members' metrics cost a GPU population more host time
+    than its updates."""
     n = members or 1
     stacked = {k: np.asarray(v, np.float64).reshape(n, -1) for k, v in metrics.items()}
-    episodes = stacked["episodes"].sum(1)
+    reduce = {"mean": lambda v: v.mean(1), "last": lambda v: v[:, -1], "sum": lambda v: v.sum(1)}
+    columns = {name: reduce[aggregations[name]](values) for name, values in stacked.items()}
+    episodes = columns["episodes"]
     has = episodes > 0
     safe = np.where(has, episodes, 1.0)
-    columns: dict[str, list] = {}
-    for name, values in stacked.items():
-        if name not in _SUMS:
-            columns[name] = (values[:, -1] if name == "learning_rate" else values.mean(1)).tolist()
-    columns["episodes"] = episodes.tolist()
     for name in ("return", "length"):
-        mean = stacked[f"episode_{name}_sum"].sum(1) / safe
+        mean = columns.pop(f"episode_{name}_sum") / safe
         columns[f"episode_{name}"] = [float(v) if h else None for v, h in zip(mean, has)]
+    columns = {k: v if isinstance(v, list) else v.tolist() for k, v in columns.items()}
     if result is not None:
         columns.update({f"eval/{k}": np.broadcast_to(np.atleast_1d(np.asarray(v, np.float64)),
                                                       (n,)).tolist() for k, v in result.items()})

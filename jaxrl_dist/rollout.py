@@ -1,36 +1,28 @@
-"""Collecting a rollout: one pure function of (params, environments, key).
+"""Collecting a rollout: one pure function of (acting state, actors, key), for any algorithm.
 
 Randomness is keyed by the GLOBAL environment index and the step number, never by device or
 process, so a given environment sees the same action and transition noise on any topology.
 
 Small rollouts (a few environments per device) are bound by the per-iteration cost of the
 step loop, not by arithmetic, so the loop body holds only what must be sequential: the actor,
-the action draw and the environment step. Keys and action noise for every step are drawn in
-one batched op before the loop, and the critic runs once on all observations after it.
+the action draw and the environment step. Action noise and keys for every step are drawn in
+one batched op before the loop; anything batchable over steps (PPO's critic) runs in ``learn``.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import jax
 import jax.numpy as jnp
 
 from jaxrl_dist import envs as envs_lib
-from jaxrl_dist.envs import EnvSlot, EnvSpec
-from jaxrl_dist.distributions import action_noise
-from jaxrl_dist.sharding import LOCAL_MEMBER_AXIS, Layout
-from jaxrl_dist.types import Transition
+from jaxrl_dist.envs import EnvSpec
+from jaxrl_dist.types import ActorState, Transition
 
-
-def spec_in(spec: EnvSpec, layout: Layout) -> EnvSpec:
-    """The environment as the programs of ``layout`` step it: with a population's members
-    vmapped on each device, the lazy reset's predicate is reduced over them (EnvSpec.batch_axis)."""
-    if not layout.members:
-        return spec
-    return dataclasses.replace(spec, batch_axis=LOCAL_MEMBER_AXIS, check_vma=False)
+if TYPE_CHECKING:
+    from jaxrl_dist.agents.base import Agent
 
 
 def pack_by_dtype(tree: Any) -> tuple[dict[str, jax.Array], Callable[[dict], Any]]:
@@ -66,66 +58,66 @@ def env_keys(key: jax.Array, env_ids: jax.Array) -> jax.Array:
     return jax.vmap(jax.random.fold_in, (None, 0))(key, env_ids)
 
 
-def collect(
-    spec: EnvSpec,
-    policy_fn: Callable[[jax.Array], Any],
-    value_fn: Callable[[jax.Array], jax.Array],
-    slots: EnvSlot,
-    env_ids: jax.Array,
-    key: jax.Array,
-    num_steps: int,
-    gamma: float,
-    bootstrap_truncation: bool,
-) -> tuple[EnvSlot, Transition]:
-    """Step the local environments ``num_steps`` times.
+def local_env_ids(num_local: int, axis_name: str) -> jax.Array:
+    """Global indices of this device's environments (inside a shard_map over ``axis_name``)."""
+    return jax.lax.axis_index(axis_name) * num_local + jnp.arange(num_local)
+
+
+def reset_actors(spec: EnvSpec, agent: Agent, keys: jax.Array) -> ActorState:
+    """Fresh environments [E] (one key each) and the policy's initial carry."""
+    slots = jax.vmap(lambda k: envs_lib.reset(spec, k))(keys)
+    carry = jax.vmap(lambda _: agent.init_carry())(keys)
+    return ActorState(slots, carry)
+
+
+def collect(spec: EnvSpec, agent: Agent, acting: Any, actors: ActorState, env_ids: jax.Array,
+            key: jax.Array, num_steps: int) -> tuple[ActorState, Transition]:
+    """Step the local environments ``num_steps`` times with ``agent.act``.
 
     Args:
-      policy_fn: (raw observations [E, *obs], legal-action mask [E, A] or None) -> action
-        distribution.
-      value_fn: raw observations [N, *obs] -> values [N] in return units.
-      slots: [E] environments.  env_ids: [E] int32 global indices.  key: replicated.
+      acting: ``agent.acting(train)``.  actors: [E].  env_ids: [E] int32 global indices.
+      key: replicated.
     Returns:
-      (environments after the rollout, transitions [T, E, ...]).
+      (actors after the rollout, transitions [T, E, ...]).
     """
     # Environment e's randomness comes from ONE key, a function of (key, global index e): its
     # action noise and its (step, reset) key pairs for all T steps are one batched draw each,
     # step t taking row t. Few large draws, not a fold_in and splits per (step, environment):
     # XLA:CPU runs them as fewer, fuller kernels (+4 % on the CartPole update).
     k_noise, k_env = jnp.moveaxis(jax.vmap(jax.random.split)(env_keys(key, env_ids)), 1, 0)
-    noise = jax.vmap(lambda k: action_noise(k, spec.continuous, (num_steps, spec.action_dim)))(
-        k_noise).swapaxes(0, 1)                                              # [T, E, A]
+    noise = jax.tree.map(lambda x: x.swapaxes(0, 1),
+                         jax.vmap(lambda k: agent.noise(k, num_steps))(k_noise))   # [T, E, ...]
     key_env = jax.vmap(lambda k: jax.random.split(k, (num_steps, 2)))(
         k_env).swapaxes(0, 1)                                                # [T, E, 2, key]
+    initial_carry = jax.vmap(lambda _: agent.init_carry())(env_ids)
 
-    def env_step(slots: EnvSlot, xs):
+    def env_step(actors: ActorState, xs):
         noise_t, key_env_t = xs
-        dist = policy_fn(slots.obs, slots.mask)
-        action = dist.sample_from_noise(noise_t)
-        log_prob = dist.log_prob(action)
-        new_slots, out = envs_lib.step(spec, key_env_t, slots, dist.env_action(action))
+        slots = actors.env
+        action, carry, extras = agent.act(acting, actors.carry, slots.obs, slots.mask, noise_t)
+        new_slots, out = envs_lib.step(spec, key_env_t, slots, agent.env_action(action))
+        done = jnp.logical_or(out.terminated, out.truncated)
+        carry = jax.tree.map(lambda c0, c: jax.vmap(jnp.where)(done, c0, c),
+                             initial_carry, carry)   # a new episode starts from a fresh carry
         transition = Transition(
-            obs=slots.obs, action=action, log_prob=log_prob, value=None, reward=out.reward,
-            done=jnp.logical_or(out.terminated, out.truncated),
-            finished_return=out.finished_return, finished_length=out.finished_length,
-            mask=slots.mask)
-        extra = (out.truncated, out.final_obs) if bootstrap_truncation else None
-        packed, unpack[0] = pack_by_dtype((transition, extra))
-        return new_slots, packed
+            obs=slots.obs, action=action, reward=out.reward, terminated=out.terminated,
+            truncated=out.truncated, finished_return=out.finished_return,
+            finished_length=out.finished_length, extras=extras,
+            final_obs=out.final_obs if agent.keep_final_obs else None, mask=slots.mask)
+        packed, unpack[0] = pack_by_dtype(transition)
+        return ActorState(new_slots, carry), packed
 
     unpack: list = [None]   # set while tracing the step
 
     # No unrolling: with the slim body above, unroll 2/4/8 were within noise of 1 (CartPole, 4
     # envs) and compile longer (it was +25 % when the body still drew keys and ran the critic).
-    slots, packed = jax.lax.scan(env_step, slots, (noise, key_env))
-    traj, extra = unpack[0](packed)
+    actors, packed = jax.lax.scan(env_step, actors, (noise, key_env))
+    return actors, unpack[0](packed)
 
-    def values(obs: jax.Array) -> jax.Array:                 # [T, E, *obs] -> [T, E]
-        flat = obs.reshape(-1, *spec.obs_shape)
-        return value_fn(flat).reshape(obs.shape[:2])
 
-    reward = traj.reward
-    if bootstrap_truncation:
-        # A time limit is not a terminal state: credit the value of where it stopped.
-        truncated, final_obs = extra
-        reward = reward + gamma * jnp.where(truncated, values(final_obs), 0.0)
-    return slots, traj._replace(value=values(traj.obs), reward=reward)
+def episode_sums(steps: Transition) -> dict[str, jax.Array]:
+    """Local sums of the episodes that finished in a rollout (every learner reports their
+    global sums under these names; see ``agents.base.EPISODE_METRICS``)."""
+    return {"episode_return_sum": jnp.sum(steps.finished_return),
+            "episode_length_sum": jnp.sum(steps.finished_length).astype(jnp.float32),
+            "episodes": jnp.sum(steps.finished_length > 0).astype(jnp.float32)}

@@ -12,7 +12,7 @@ import jax
 import jaxrl_dist
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import distributed, reporting, sharding
-from jaxrl_dist.agents import Learner
+from jaxrl_dist.programs import Learner
 from jaxrl_dist.checkpoint import Checkpointer
 from jaxrl_dist.config import Config
 from jaxrl_dist.sizes import Sizes
@@ -45,10 +45,12 @@ class Run:
     loop_time: float = 0.0
     hooks: str = ""   # the periodic work as it ran, e.g. "checkpoint every 812 updates"
     cache: dict[str, Any] = field(default_factory=dict)   # compile cache dir, hits, misses
+    policy_record: dict[str, Any] = field(default_factory=dict)   # see jaxrl_dist.policy
 
     def meta(self) -> dict[str, Any]:
         return {"updates": self.updates_done,
                 "env_steps": self.updates_done * self.sizes.batch_size,
                 "config": config_lib.to_dict(self.config), "num_devices": self.layout.mesh.size,
                 "num_processes": distributed.process_count(),
-                "jaxrl_dist_version": jaxrl_dist.__version__, "jax_version": jax.__version__}
+                "jaxrl_dist_version": jaxrl_dist.__version__, "jax_version": jax.__version__,
+                "policy": self.policy_record, "members": self.layout.members}

@@ -35,6 +35,14 @@ def merge_moments(running: Moments, batch_mean: jax.Array, batch_var: jax.Array,
     return Moments(mean, m2 / total, total)
 
 
+def moments_from_sums(total: jax.Array, total_sq: jax.Array, count: jax.Array
+                      ) -> tuple[jax.Array, jax.Array]:
+    """(mean, variance) from a batch's sum, sum of squares and count (e.g. psum-ed over the
+    mesh). The variance is clamped at 0: E[x^2] - E[x]^2 can go negative by rounding."""
+    mean = total / count
+    return mean, jnp.maximum(total_sq / count - jnp.square(mean), 0.0)
+
+
 def normalize(moments: Moments, x: jax.Array, clip: float = 10.0) -> jax.Array:
     """Observations: standardised and clipped (outliers must not saturate the network)."""
     return jnp.clip(standardize(moments, x), -clip, clip)

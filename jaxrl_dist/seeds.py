@@ -30,7 +30,8 @@ def train_seeds(config: Config, seeds: Sequence[int], *, env: Any = None,
     ``curve_return`` [S, C] (mean return of the
     episodes finished in each call of ``updates_per_call`` updates, NaN if none) and
     ``eval_return`` [S] (deterministic evaluation of the final parameters,
-    ``config.eval_episodes`` episodes per seed). ``config.population`` is ignored.
+    ``config.eval_episodes`` episodes per seed), and ``curve_NAME`` [S, C] for each metric the
+    learner declares as a mean. ``config.population`` is ignored.
     """
     layout = sharding.make_layout([device or jax.devices()[0]], members=len(seeds))
     sizes = sizes_lib.derive_sizes(config, 1)
@@ -47,9 +48,9 @@ def train_seeds(config: Config, seeds: Sequence[int], *, env: Any = None,
         episodes = np.asarray(metrics["episodes"]).sum(1)
         steps.append(done * sizes.batch_size)
         returns.append(np.where(episodes > 0, ret / np.maximum(episodes, 1), np.nan))
-        for name in ("advantage_std", "explained_variance", "entropy", "approx_kl",
-                     "clip_fraction", "value_mean"):
-            curves.setdefault(name, []).append(np.asarray(metrics[name]).mean(1))
+        for name, how in learner.agent.metrics.items():   # the learner's own diagnostics
+            if how == "mean":
+                curves.setdefault(name, []).append(np.asarray(metrics[name]).mean(1))
     final = learner.evaluate(state.train, keys)
     params = jax.device_get(state.train.params)
     return {"params": [jax.tree.map(lambda x, i=i: x[i], params) for i in range(len(seeds))],

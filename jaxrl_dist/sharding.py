@@ -49,6 +49,16 @@ class Layout:
     members: int | None = None
 
     @property
+    def data_axis(self) -> str:
+        """The mesh axis environments and batches are split over; collectives name it."""
+        return DATA_AXIS
+
+    @property
+    def member_vmap_axis(self) -> str:
+        """The vmap axis over the members one device holds (a population's programs)."""
+        return LOCAL_MEMBER_AXIS
+
+    @property
     def data_size(self) -> int:
         return self.mesh.shape[DATA_AXIS]
 
@@ -68,6 +78,7 @@ class Layout:
 
     @property
     def envs(self) -> P:
+        """Per-environment state and learner data: split along the data axis."""
         return P(MEMBER_AXIS, DATA_AXIS) if self.members else SHARDED
 
     def sharding(self, spec: P) -> NamedSharding:

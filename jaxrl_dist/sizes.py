@@ -19,9 +19,9 @@ class Sizes:
 
     num_devices: int
     local_envs: int            # environments per device
+    steps_per_env: int         # env steps of each environment per update (the algorithm's)
     batch_size: int            # env steps per update, global
     num_updates: int
-    steps_per_minibatch: int   # time steps of every environment in one minibatch
     updates_per_call: int      # what one compiled call runs (see choose_updates_per_call)
 
 
@@ -35,14 +35,15 @@ def derive_sizes(config: Config, num_devices: int) -> Sizes:
     if c.eval_episodes % num_devices:
         raise ConfigError(f"eval_episodes ({c.eval_episodes}) must be divisible by the number of "
                           f"devices ({num_devices}): the final evaluation spreads them evenly")
-    batch = c.num_envs * c.num_steps
+    steps = c.algorithm.steps_per_env(c.agent)
+    batch = c.num_envs * steps
     num_updates = c.total_timesteps // batch
     return Sizes(
         num_devices=num_devices,
         local_envs=c.num_envs // num_devices,
+        steps_per_env=steps,
         batch_size=batch,
         num_updates=num_updates,
-        steps_per_minibatch=c.num_steps // c.ppo.num_minibatches,
         updates_per_call=choose_updates_per_call(num_updates, c.updates_per_call),
     )
 

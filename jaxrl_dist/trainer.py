@@ -19,6 +19,7 @@ import jax
 import numpy as np
 
 from jaxrl_dist import compile_cache, distributed, integrity, population, reporting, rundir
+from jaxrl_dist import policy as policy_lib
 from jaxrl_dist import summary as summary_lib
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import sharding
@@ -44,7 +45,7 @@ def train(
     devices: Sequence[jax.Device] | None = None,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Train PPO on every device (of every process); returns the run summary.
+    """Train ``config.algo`` on every device (of every process); returns the run summary.
 
     ``env`` may be a user's gymnax-style environment object instead of ``config.env``.
     ``resume`` continues the run in ``run_dir`` from its latest complete checkpoint.
@@ -87,7 +88,9 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
     distributed.barrier("run_dir_checked")
 
     learner = make_learner(config, sizes, spec, layout)
-    checkpointer = Checkpointer(ckpt_dir, keep=config.keep_checkpoints)  # imports orbax
+    checkpointer = Checkpointer(ckpt_dir, keep=config.keep_checkpoints,  # imports orbax
+                                saved=learner.agent.checkpointed,
+                                policy_params=learner.agent.policy_params)
     if members:
         keys = np.stack([np.asarray(jax.random.PRNGKey(m.seed)) for m in members])
         seed_keys = layout.put(keys, layout.train)
@@ -138,7 +141,9 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
             reporting.truncate_metrics(run_dir / "metrics.jsonl", updates_done)
     run = Run(config, sizes, layout, learner, spec.name, run_dir, compiled, evaluate, seed_keys,
               checkpointer, reporter, state, updates_done, updates_done,
-              time.perf_counter() - compile_start, start)
+              time.perf_counter() - compile_start, start,
+              policy_record=policy_lib.record(config.algo, config_lib.to_dict(config)[config.algo],
+                                              spec))
     if not resume:
         checkpointer.save(state, run.meta())  # a restart always has a checkpoint to resume from
     reporter.start(config_lib.to_dict(config), env_steps=updates_done * sizes.batch_size)
@@ -254,7 +259,8 @@ def _log(run: Run, metrics: Any, updates: int, sps: float, result: dict | None) 
     """One row per member: metrics of one call (and an evaluation made right after it)."""
     head = {"env_steps": updates * run.sizes.batch_size, "updates": updates,
             "sps": sps * (run.layout.members or 1), "time_s": time.perf_counter() - run.start}
-    rows = reporting.member_rows(head, run.layout.to_host(metrics), run.layout.members, result)
+    rows = reporting.member_rows(head, run.layout.to_host(metrics), run.layout.members, result,
+                                 run.learner.agent.metrics)
     if run.layout.members:
         run.reporter.log_population(rows)
     else:

@@ -87,7 +87,7 @@ def build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
         raise ConfigError(f"config section '{prefix.rstrip('.') or '<root>'}' must be a mapping,"
                           f" got {data!r}")
     hints = typing.get_type_hints(cls)
-    fields = {f.name: f for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise ConfigError(f"unknown config key '{prefix}{unknown[0]}'; allowed keys here: "

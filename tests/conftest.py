@@ -4,9 +4,9 @@ import os
 import tempfile
 from pathlib import Path
 
-os.environ["XLA_FLAGS"] = (
-    "--xla_force_host_platform_device_count=4 "
-    "--xla_cpu_enable_concurrency_optimized_scheduler=false")
+from jaxrl_dist.protocol import CPU_SCHEDULER_FLAG  # jax-free
+
+os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count=4 {CPU_SCHEDULER_FLAG}"
 os.environ["JAX_PLATFORMS"] = "cpu"
 # Tests name shipped files by repo-relative paths (configs/...): run from the repo root whatever
 # directory pytest was started in.
@@ -16,11 +16,8 @@ os.environ["JAXRL_DIST_CACHE"] = tempfile.mkdtemp(prefix="jaxrl_dist_test_xla_ca
 
 import pytest  # noqa: E402
 
+from helpers import TINY  # noqa: E402
 from jaxrl_dist import config as config_lib  # noqa: E402
-
-# A tiny CartPole config shared by tests so they share compiled programs where they can.
-TINY = dict(env="CartPole-v1", seed=3, total_timesteps=8 * 16 * 6, num_envs=8, num_steps=16,
-            updates_per_call=3, ppo=dict(update_epochs=2, num_minibatches=2))
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from jaxrl_dist import config as config_lib
-from jaxrl_dist.bench_learning import TASKS, first_reach, summarize, task_table
+from jaxrl_dist.bench.learning import TASKS, first_reach, summarize, task_table
 
 
 def _result(trainer: str, final: list[float], curve: list[list[float]]) -> dict:
@@ -59,7 +59,7 @@ def test_a_failed_trainer_loses_nothing_else(tmp_path, monkeypatch):
     import json
     import subprocess
 
-    from jaxrl_dist import bench_learning
+    from jaxrl_dist.bench import learning as bench_learning
 
     def run(trainer, *_):
         if trainer == "rejax":
@@ -85,7 +85,7 @@ def test_plot_joins_points_across_intervals_where_no_episode_ended(tmp_path):
     warning (before, every point of ours on Freeway was isolated and nothing was drawn)."""
     import warnings
 
-    from jaxrl_dist.bench_learning import plot
+    from jaxrl_dist.bench.learning import plot
 
     gap = -1e9
     results = {"ours": {"curve_steps": [1, 2, 3, 4],
@@ -103,7 +103,7 @@ def test_raw_results_of_runs_on_disjoint_seeds_are_tabulated_as_one(tmp_path):
     import argparse
     import json
 
-    from jaxrl_dist import bench_learning
+    from jaxrl_dist.bench import learning as bench_learning
 
     def save(name, result):
         (tmp_path / f"learning_cartpole_{name}.json").write_text(json.dumps(result))
@@ -125,3 +125,42 @@ def test_raw_results_of_runs_on_disjoint_seeds_are_tabulated_as_one(tmp_path):
     assert "4 seeds 0–3" in md and "| 3/4 |" in md
     assert rows[1]["failed"].startswith("rejax: raw results share seeds")
     assert not (tmp_path / "out" / "learning_cartpole_jaxrl_dist_raw.json").exists()
+
+
+def test_rejax_runs_with_the_interpreter_given_by_rejax_python(tmp_path, monkeypatch):
+    """``bench learning --rejax-python PY`` runs rejax's runner with PY (it used to look for
+    .bench/rejax whatever the flag said); without the flag, .bench/rejax's interpreter. Nothing
+    runs: the command line is captured."""
+    from pathlib import Path
+
+    from jaxrl_dist.bench import cli
+    from jaxrl_dist.bench import learning as bench_learning
+
+    python = tmp_path / "rejax_venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.touch()
+    ran = []
+    monkeypatch.setattr(bench_learning, "_run_json", lambda cmd, timeout: ran.append(cmd) or {})
+    monkeypatch.setattr(bench_learning, "hparams", lambda config: {})
+    config_path = TASKS["cartpole"][0]
+    config = config_lib.load(config_path, [])
+    args = cli.build_parser().parse_args(["learning", "--rejax-python", str(python)])
+    bench_learning.run_trainer("rejax", config_path, config, [0, 1], args)
+    assert ran[0][0] == str(python)
+    assert Path(ran[0][1]).name == "rejax_runner.py" and Path(ran[0][1]).is_file()
+
+    missing = cli.build_parser().parse_args(["learning", "--rejax-python",
+                                             str(tmp_path / "nowhere" / "python")])
+    with pytest.raises(RuntimeError, match="nowhere"):
+        bench_learning.run_trainer("rejax", config_path, config, [0, 1], missing)
+    default = cli.build_parser().parse_args(["learning"])
+    assert bench_learning.rejax_python(default) == Path(".bench/rejax/bin/python")
+
+
+def test_the_solved_returns_are_each_configs_own():
+    """The benches' one table of solved returns says what each config's ``solved_return`` says
+    (the value training reports against)."""
+    from jaxrl_dist.bench.common import SOLVED_RETURN
+
+    for path, solved in SOLVED_RETURN.items():
+        assert config_lib.load(path, []).solved_return == solved, path

@@ -6,7 +6,7 @@ from pathlib import Path
 import jax
 import pytest
 
-from conftest import TINY
+from helpers import TINY
 from jaxrl_dist import compile_cache
 from jaxrl_dist import config as config_lib
 from jaxrl_dist.errors import ConfigError

@@ -16,9 +16,11 @@ from jaxrl_dist import config as config_lib
 from jaxrl_dist import envs, rollout, sharding
 from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist.agents import make_learner
-from jaxrl_dist.agents.ppo.networks import make_networks
+from jaxrl_dist.agents.ppo.losses import bootstrap_truncation
 from jaxrl_dist.envs import registry
 from jaxrl_dist.distributions import Categorical
+from jaxrl_dist.types import ActorState
+from helpers import acting_agent
 
 
 def need(suite: str) -> None:
@@ -191,8 +193,9 @@ def test_truncation_keeps_final_observation_and_bootstraps():
     policy = lambda obs, mask: DiagGaussian(jnp.ones((obs.shape[0], 1)),  # noqa: E731
                                             jnp.full((obs.shape[0], 1), -20.0))
     value = lambda obs: obs.sum(-1) + 1.0  # noqa: E731
-    _, traj = jax.jit(lambda s: rollout.collect(spec, policy, value, s, jnp.arange(2),
-                                                jax.random.PRNGKey(1), T, gamma, True))(slots)
+    actors = ActorState(slots, ())
+    _, traj = jax.jit(lambda a: rollout.collect(spec, acting_agent(spec, policy), None, a,
+                                                jnp.arange(2), jax.random.PRNGKey(1), T))(actors)
     # Brax's own: step L times with action 1, read the observation and reward at the limit.
     s = wrapped.reset(jax.random.PRNGKey(0))
     raw_rewards = []
@@ -202,11 +205,15 @@ def test_truncation_keeps_final_observation_and_bootstraps():
     assert float(s.info["truncation"]) == 1.0 and float(s.done) == 1.0
     final_obs = np.asarray(s.obs)
     assert np.abs(final_obs).sum() > 0        # not the reset observation (zeros)
-    done = np.asarray(traj.done)
-    np.testing.assert_array_equal(done[:, 0], [(t + 1) % L == 0 for t in range(T)])
-    np.testing.assert_allclose(traj.reward[L - 1, 0],
+    truncated = np.asarray(traj.truncated)
+    np.testing.assert_array_equal(truncated[:, 0], [(t + 1) % L == 0 for t in range(T)])
+    assert not np.asarray(traj.terminated).any()
+    np.testing.assert_allclose(traj.final_obs[L - 1, 0], final_obs, rtol=1e-5)
+    # PPO's targets credit gamma * V(final obs) at the truncation, nowhere else
+    reward = bootstrap_truncation(traj.reward, traj.truncated, value(traj.final_obs), gamma)
+    np.testing.assert_allclose(reward[L - 1, 0],
                                raw_rewards[-1] + gamma * (final_obs.sum() + 1.0), rtol=1e-5)
-    np.testing.assert_allclose(traj.reward[L - 2, 0], raw_rewards[-2], rtol=1e-5)
+    np.testing.assert_allclose(reward[L - 2, 0], raw_rewards[-2], rtol=1e-5)
     np.testing.assert_allclose(traj.obs[L, 0], 0.0)   # the next episode starts from a reset
 
 
@@ -220,15 +227,13 @@ def test_action_masks_are_never_violated():
                                    "total_timesteps": 8 * 64})
     spec = envs.from_config(config)
     assert spec.masked and spec.action_dim == 4
-    nets = make_networks(config.network, spec)
-    params = nets.init(jax.random.PRNGKey(0))
     # a policy that strongly prefers action 0 whatever the mask: masking must overrule it
     policy = lambda obs, mask: Categorical(  # noqa: E731
         jnp.broadcast_to(jnp.array([5.0, 0.0, 0.0, 0.0]), (obs.shape[0], 4))).masked(mask)
     slots = jax.vmap(lambda k: envs.reset(spec, k))(jax.random.split(jax.random.PRNGKey(1), 8))
-    _, traj = jax.jit(lambda s: rollout.collect(
-        spec, policy, lambda o: nets.value(params, o), s, jnp.arange(8),
-        jax.random.PRNGKey(2), 64, 0.99, True))(slots)
+    _, traj = jax.jit(lambda a: rollout.collect(spec, acting_agent(spec, policy), None, a,
+                                                jnp.arange(8), jax.random.PRNGKey(2), 64))(
+        ActorState(slots, ()))
     mask, action = np.asarray(traj.mask), np.asarray(traj.action)
     assert (~mask).any(), "no action was ever illegal: the test checks nothing"
     assert mask[np.arange(64)[:, None], np.arange(8)[None], action].all()
@@ -357,8 +362,8 @@ def test_mjx_models_are_built_on_each_process_own_device(env, tmp_path):
     Brax/Playground model was unreadable there and no program using it compiled."""
     import subprocess
     import sys
-    from jaxrl_dist.bench_collectives import _free_port
-    from test_launch import _env
+    from jaxrl_dist.bench.collectives import _free_port
+    from helpers import _env
     need(env.split(":")[0])
     script = tmp_path / "build.py"
     script.write_text(BUILD_ON_RANK)
@@ -389,7 +394,7 @@ def test_two_launcher_processes_equal_one_process_with_two_devices(env, sets, tm
     per run on 2 cores) with JAXRL_DIST_FULL_ENV_TESTS=1."""
     import subprocess
     import sys
-    from test_launch import _env, run_launcher, summaries
+    from helpers import _env, run_launcher, summaries
     suite = env.split(":")[0]
     need(suite)
     if suite not in IN_CI:

@@ -7,83 +7,15 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
+from helpers import CFG, _env, _workers_of, run_launcher, start_training, summaries
+from helpers import TINY_ARGS as TINY
 from jaxrl_dist import launch
 
-CFG = "configs/cartpole.yaml"
-# 4 envs x 32 steps, 10 updates: small enough to compile and run in seconds per process.
-TINY = ["--set", "num_envs=4", "--set", "num_steps=32", "--set", "updates_per_call=5",
-        "--set", "total_timesteps=1280", "--set", "ppo.num_minibatches=2"]
 LONG = ["--set", "num_envs=4", "--set", "num_steps=32", "--set", "updates_per_call=5",
         "--set", "total_timesteps=10000000"]
-
-
-def _env(**extra):
-    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
-    env.update(extra)
-    return env
-
-
-def run_launcher(args, timeout=180, **env):
-    return subprocess.run([sys.executable, "-m", "jaxrl_dist.launch", *args], env=_env(**env),
-                          capture_output=True, text=True, timeout=timeout)
-
-
-def summaries(log_dir: Path) -> dict[int, dict]:
-    """The summary line every rank prints at the end, read from each rank's log."""
-    out = {}
-    for log in sorted(log_dir.glob("rank*.log")):
-        for line in log.read_text(errors="replace").splitlines():
-            line = line.rsplit("\r", 1)[-1]
-            if line.startswith('{"rank"'):
-                row = json.loads(line)
-                out[row["rank"]] = row
-    return out
-
-
-def _workers_of(marker: str) -> dict[int, int]:
-    """rank -> pid of live trainer processes whose command line contains ``marker``."""
-    found = {}
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmd = (proc / "cmdline").read_bytes().split(b"\0")
-            environ = (proc / "environ").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if b"jaxrl_dist.train" in cmd and marker.encode() in b" ".join(cmd):
-            for item in environ:
-                if item.startswith(b"JAXRL_PROCESS_ID="):
-                    found[int(item.split(b"=")[1])] = int(proc.name)
-    return found
-
-
-def _wait_for(predicate, timeout, what):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
-def start_training(run: Path, args: list[str]) -> subprocess.Popen:
-    """A 2 x 2 launcher job, returned once its first metrics row is written (training runs)."""
-    launcher = subprocess.Popen(
-        [sys.executable, "-m", "jaxrl_dist.launch", "--nproc-per-node", "2",
-         "--cpu-devices-per-proc", "2", CFG, *args, "--run-dir", str(run)],
-        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_for(lambda: (run / "metrics.jsonl").exists()
-                  and (run / "metrics.jsonl").read_text().count("\n") >= 1, 150, "training")
-    except BaseException:
-        launcher.kill()
-        raise
-    return launcher
 
 
 # ------------------------------------------------------------------------------------------------
@@ -115,7 +47,7 @@ def test_two_processes_match_one_process_four_devices(tmp_path):
                           if line.startswith('{"rank"')))
     assert single.stdout.strip().splitlines()[-1].startswith("CartPole-v1: final evaluation")
     assert abs(ranks[0]["param_norm"] - ref["param_norm"]) <= 1e-4 * ref["param_norm"]
-    from test_lifecycle import max_rel_diff, params_of
+    from helpers import max_rel_diff, params_of
 
     diff = max_rel_diff(params_of(run)[0], params_of(tmp_path / "sp")[0])
     assert 0 < diff <= 1e-4 or ranks[0]["param_fingerprint"] == ref["param_fingerprint"], diff

@@ -4,7 +4,7 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import TINY
+from helpers import TINY
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist import sharding

@@ -12,39 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from helpers import (CFG, SMALL, _env, _workers_of, max_rel_diff, params_of, run_launcher,
+                     start_training, summaries, train_cli)
 from jaxrl_dist.checkpoint import read_checkpoint
-from test_launch import _env, _workers_of, run_launcher, start_training, summaries
 
-CFG = "configs/cartpole.yaml"
-# 20 updates of 4 envs x 32 steps, a checkpoint every 5, evaluation every 10.
-SMALL = ["--set", "num_envs=4", "--set", "num_steps=32", "--set", "updates_per_call=5",
-         "--set", "total_timesteps=2560", "--set", "ppo.num_minibatches=2",
-         "--set", "checkpoint_every=5", "--set", "eval_every=10", "--set", "eval_episodes=4"]
 # Long enough (300 updates) to be stopped in the middle.
 LONGER = [a if a != "total_timesteps=2560" else "total_timesteps=38400" for a in SMALL]
-
-
-def train_cli(run_dir, *extra, devices=2, args=SMALL, timeout=240, **env):
-    proc = subprocess.run([sys.executable, "-m", "jaxrl_dist.train", CFG, *args,
-                           "--cpu-devices", str(devices), "--run-dir", str(run_dir),
-                           "--no-progress", *extra],
-                          env=_env(**env), capture_output=True, text=True, timeout=timeout)
-    summary = None
-    for line in proc.stdout.splitlines():
-        if line.startswith('{"rank"'):
-            summary = json.loads(line)
-    return proc, summary
-
-
-def params_of(run_dir):
-    state, meta = read_checkpoint(Path(run_dir) / "checkpoints")
-    return state["train"]["params"], meta
-
-
-def max_rel_diff(a, b):
-    import jax
-    return max(jax.tree.leaves(jax.tree.map(
-        lambda x, y: float(np.max(np.abs(x - y)) / (np.max(np.abs(y)) + 1e-12)), a, b)))
 
 
 @pytest.fixture(scope="module")

@@ -11,13 +11,11 @@ import jax
 import numpy as np
 import pytest
 
-from conftest import TINY
+from helpers import SMALL, TINY, max_rel_diff, run_launcher, summaries, train_cli
 from jaxrl_dist import config as config_lib, population
 from jaxrl_dist.checkpoint import read_checkpoint
 from jaxrl_dist.config import ConfigError
 from jaxrl_dist.trainer import train
-from test_launch import run_launcher, summaries
-from test_lifecycle import SMALL, max_rel_diff, train_cli
 
 LRS = [2.5e-4, 1e-3]
 POP = {**TINY, "population": {"seeds": [3, 11], "sweep": {"ppo.learning_rate": LRS}}}

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helpers import TINY_ARGS as TINY
+from helpers import _env, summaries
 from jaxrl_dist import launch
-from test_launch import TINY, _env, summaries
 
 RECIPES = Path("launch")
 

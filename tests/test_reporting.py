@@ -13,6 +13,10 @@ import pytest
 from jaxrl_dist import reporting
 
 
+AGGREGATIONS = {"loss": "mean", "learning_rate": "last", "episode_return_sum": "sum",
+                "episode_length_sum": "sum", "episodes": "sum"}
+
+
 def _metrics(rng, members):
     names = ("loss", "learning_rate", "episode_return_sum", "episode_length_sum", "episodes")
     out = {n: rng.random((members, 5)).astype(np.float32) for n in names}
@@ -22,7 +26,8 @@ def _metrics(rng, members):
 
 def test_member_rows_reduce_each_member_over_the_call():
     m = _metrics(np.random.default_rng(0), 3)
-    rows = reporting.member_rows({"env_steps": 7}, m, 3, {"return_mean": np.float32([1, 2, 3])})
+    rows = reporting.member_rows({"env_steps": 7}, m, 3, {"return_mean": np.float32([1, 2, 3])},
+                                 AGGREGATIONS)
     assert [r["member"] for r in rows] == [0, 1, 2]
     for k, row in enumerate(rows):
         assert row["env_steps"] == 7 and row["eval/return_mean"] == k + 1
@@ -36,7 +41,7 @@ def test_member_rows_reduce_each_member_over_the_call():
         else:
             assert row["episode_return"] is None and row["episode_length"] is None
     single = reporting.member_rows({"env_steps": 7}, {k: v[0] for k, v in m.items()}, None,
-                                   {"return_mean": np.float32(4)})
+                                   {"return_mean": np.float32(4)}, AGGREGATIONS)
     assert len(single) == 1 and "member" not in single[0]
     assert {k: v for k, v in single[0].items() if k != "eval/return_mean"} == \
         {k: v for k, v in rows[0].items() if k not in ("member", "eval/return_mean")}
@@ -62,7 +67,7 @@ def test_a_population_logs_every_member_but_tensorboard_runs_only_the_first(tmp_
     reporter.start({})
     m = _metrics(np.random.default_rng(1), members)
     head = {"env_steps": 10, "updates": 1, "sps": 5.0, "time_s": 2.0}
-    reporter.log_population(reporting.member_rows(head, m, members, None))
+    reporter.log_population(reporting.member_rows(head, m, members, None, AGGREGATIONS))
     reporter.finish({})
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [r["member"] for r in rows] == [0, 1, 2]            # every member in the file

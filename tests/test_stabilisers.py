@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from conftest import TINY
+from helpers import TINY
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist import running_stats, sharding

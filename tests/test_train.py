@@ -9,7 +9,7 @@ import pytest
 from flax import struct
 from gymnax.environments import spaces
 
-from conftest import TINY
+from helpers import TINY
 from jaxrl_dist import config as config_lib
 from jaxrl_dist.trainer import RunError, train
 

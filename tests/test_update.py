@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from conftest import TINY
+from helpers import TINY
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist import sharding
@@ -33,8 +33,8 @@ def _minibatch(spec, n, seed=0):
 def setup():
     config = config_lib.from_dict({**TINY, "ppo": {**TINY["ppo"], "vf_clip_eps": 0.3}})
     spec = make_env("CartPole-v1")
-    nets = make_networks(config.network, spec)
-    optimizer, _ = optimizer_lib.make_optimizer(config, sizes_lib.derive_sizes(config, 1))
+    nets = make_networks(config.ppo.network, spec)
+    optimizer, _ = optimizer_lib.make_optimizer(config.ppo, sizes_lib.derive_sizes(config, 1))
     params = nets.init(jax.random.PRNGKey(0))
     return config, spec, nets, optimizer, params
 
@@ -53,7 +53,7 @@ def _reference_step(config, nets, optimizer, params, batch):
 
 def _sharded_step(config, nets, optimizer, params, batch, num_devices):
     mesh = sharding.make_mesh(jax.devices()[:num_devices])
-    step = update.make_sgd_step(config, nets, optimizer)
+    step = update.make_sgd_step(config.ppo, nets, optimizer, DATA_AXIS)
 
     def local(q, s, b):
         sums = jax.lax.psum(update.advantage_sums(b.advantage), DATA_AXIS)
@@ -131,10 +131,10 @@ def test_same_parameters_on_1_2_4_devices(tiny_config):
         np.testing.assert_allclose(metrics["episode_return_sum"],
                                    ref_metrics["episode_return_sum"], rtol=1e-5)
         # The environments really are spread: each device holds num_envs / n of them.
-        obs = state.envs.obs
+        obs = state.actors.env.obs
         assert {s.data.shape[0] for s in obs.addressable_shards} == {tiny_config.num_envs // n}
     # and training moved the parameters at all (the comparison above is not vacuous)
-    init = make_networks(tiny_config.network, make_env("CartPole-v1")).init(
+    init = make_networks(tiny_config.ppo.network, make_env("CartPole-v1")).init(
         jax.random.split(jax.random.PRNGKey(tiny_config.seed), 3)[0])
     assert _max_rel_diff(ref_params, init) > 1e-3
 
@@ -146,25 +146,23 @@ def test_observation_normalisation_is_global(tiny_config):
     m1, m4 = sharding.to_host(s1.train.obs_moments), sharding.to_host(s4.train.obs_moments)
     np.testing.assert_allclose(m4.mean, m1.mean, rtol=1e-4, atol=1e-6)
     np.testing.assert_allclose(m4.var, m1.var, rtol=1e-4)
-    expected_count = 1e-4 + 6 * config.num_envs * config.num_steps
+    expected_count = 1e-4 + 6 * config.num_envs * config.ppo.num_steps
     np.testing.assert_allclose(m1.count, expected_count, rtol=1e-6)
 
 
 def test_sampled_evaluation_is_the_same_on_1_and_2_devices():
     """eval_deterministic=false samples each eval env's actions from its own keys: the same
     returns on any topology, and not the greedy policy's."""
-    from jaxrl_dist.evaluate import make_eval_program
     spec = make_env("CartPole-v1")
     results = {}
     for deterministic in (True, False):
         config = config_lib.from_dict({**TINY, "eval_episodes": 8,
                                        "eval_deterministic": deterministic})
-        nets = make_networks(config.network, spec)
-        params = nets.init(jax.random.PRNGKey(0))
         for n in ((1, 2) if not deterministic else (1,)):
-            run = make_eval_program(config, spec, lambda p, obs, mask: nets.policy(p, obs, mask),
-                                    sharding.make_layout(jax.devices()[:n]))
-            out = run(params, jax.random.PRNGKey(1), jnp.int32(0))
+            learner = make_learner(config, sizes_lib.derive_sizes(config, n), spec,
+                                   sharding.make_layout(jax.devices()[:n]))
+            key = jax.random.PRNGKey(1)
+            out = learner.evaluate(learner.init(key).train, key)
             results[deterministic, n] = [float(out[k]) for k in sorted(out)]
     np.testing.assert_allclose(results[False, 1], results[False, 2], rtol=1e-6)
     assert results[False, 1] != results[True, 1]
@@ -178,7 +176,7 @@ def test_element_clipping_clips_each_gradient_element_and_is_topology_invariant(
     # usual tiny eps would normalise every element to lr whatever the clip did.
     hp = {"grad_clip": "element", "max_grad_norm": 0.01, "anneal_lr": False, "adam_eps": 1.0}
     config = config_lib.from_dict({**TINY, "ppo": {**TINY["ppo"], **hp}})
-    optimizer, _ = optimizer_lib.make_optimizer(config, sizes_lib.derive_sizes(config, 1))
+    optimizer, _ = optimizer_lib.make_optimizer(config.ppo, sizes_lib.derive_sizes(config, 1))
     batch = _minibatch(spec, 32)
     ref_params, grads = _reference_step(config, nets, optimizer, params, batch)
     flat = np.concatenate([np.ravel(x) for x in jax.tree.leaves(grads)])
@@ -200,14 +198,14 @@ def test_lecun_init_is_flax_default_everywhere():
     spec = make_env("CartPole-v1")
     config = config_lib.from_dict({**TINY, "network": {**TINY.get("network", {}),
                                                        "actor_hidden": [256], "init": "lecun"}})
-    params = make_networks(config.network, spec).init(jax.random.PRNGKey(0))
+    params = make_networks(config.ppo.network, spec).init(jax.random.PRNGKey(0))
     kernel = np.asarray(params["actor"]["MLP_0"]["Dense_0"]["kernel"])       # [4, 256]
     head = np.asarray(params["actor"]["MLP_0"]["Dense_1"]["kernel"])         # [256, 2]
     # lecun_normal is a truncated normal scaled to variance 1/fan_in
     assert abs(np.var(kernel) * kernel.shape[0] - 1.0) < 0.2
     assert abs(np.var(head) * head.shape[0] - 1.0) < 0.3
     ortho = make_networks(config_lib.from_dict(
-        {**TINY, "network": {**TINY.get("network", {}), "actor_hidden": [256]}}).network,
+        {**TINY, "network": {**TINY.get("network", {}), "actor_hidden": [256]}}).ppo.network,
         spec).init(jax.random.PRNGKey(0))
     assert np.std(ortho["actor"]["MLP_0"]["Dense_1"]["kernel"]) < 0.01 < np.std(head)
 

@@ -15,7 +15,7 @@ PureJaxRL's code runs on them unchanged. gymnax must be 0.0.x: PureJaxRL expects
 tfp-nightly.
 
 What the runner does, and nothing more: it builds their config dict from our hyperparameters
-(bench_learning.hparams), runs ``jax.jit(jax.vmap(make_train(config)))(keys)`` as their README
+(jaxrl_dist.bench.learning.hparams), runs ``jax.jit(jax.vmap(make_train(config)))(keys)`` as their README
 does, sums their ``metrics`` (``returned_episode_returns`` where ``returned_episode``) in the same
 program into ~20 curve points, and evaluates each seed's FINAL parameters greedily (argmax /
 Gaussian mean clipped to the action bounds) on 16 episodes of the gymnax env, like ours. Three
@@ -67,7 +67,7 @@ import types
 from pathlib import Path
 
 # jaxlib 0.10.2's CPU runtime can idle forever in long programs on small machines (seen here: a
-# 20-update Pendulum run sat at 0 % CPU); bench_learning sets this too, this covers direct runs.
+# 20-update Pendulum run sat at 0 % CPU); bench/learning.py sets this too, this covers direct runs.
 if "concurrency_optimized_scheduler" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_"
                                "concurrency_optimized_scheduler=false").strip()

@@ -1,43 +1,96 @@
-"""Learning algorithms behind one small interface, :class:`Learner`: what the trainer, the
-many-seeds runner and the benches call. The trainer knows nothing of PPO; a new algorithm is a
-new ``agents/<name>/`` package whose ``make_learner`` returns the same record.
+"""Learning algorithms behind one shape, and the registry that ``algo:`` picks from.
 
-jax-free at import (the config reads ``agents.ppo.config`` before jax is imported); each
-algorithm's programs are imported when a learner is made.
+An algorithm is two things:
+
+* an :class:`Algorithm` record, jax-free (the config reads it before jax is imported): its
+  config section (``ppo:`` for PPO) as a typed dataclass, the checks of that section, the keys
+  a population may sweep, and how many environment steps per environment one update collects;
+* an :class:`~jaxrl_dist.agents.base.Agent` made by ``make`` (imported lazily): the pure
+  per-device functions ``init`` / ``act`` / ``learn`` / ``policy`` that the generic programs
+  (:mod:`jaxrl_dist.programs`) compose into the fused update, the evaluation and the exporter.
+
+Nothing outside ``agents/<name>/`` knows an algorithm by name: the trainer, reporting,
+checkpoints, populations and the summary read the records. ``JAXRL_DIST_PLUGINS`` (comma-
+separated importable module names) registers algorithms that live outside the package; each
+module calls :func:`register` at import. It is an environment variable, never a config key: a
+config file cannot make the trainer import code.
 """
 
 from __future__ import annotations
 
+import importlib
+import os
 from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+
+from jaxrl_dist.errors import ConfigError
 
 if TYPE_CHECKING:
     from jaxrl_dist.config import Config
     from jaxrl_dist.envs import EnvSpec
+    from jaxrl_dist.programs import Learner
     from jaxrl_dist.sharding import Layout
     from jaxrl_dist.sizes import Sizes
 
+PLUGINS_VAR = "JAXRL_DIST_PLUGINS"
 
-class Learner(NamedTuple):
-    """An algorithm's programs over the layout's mesh; all take and return global arrays.
 
-    The state is one pytree, ``RunState(train, envs)``: ``train`` is the learner's own state
-    (replicated over the data axis; it has a ``params`` field, which replica checks and
-    fingerprints read), ``envs`` the environments (sharded). Seeds are arguments, never config
-    reads inside a program, so a population is the same programs with a member axis.
-    """
+class Algorithm(NamedTuple):
+    """What the config and the trainer need to know about an algorithm, jax-free."""
 
-    init: Callable[..., Any]          # (seed key(s), swept hparams=None) -> RunState
-    update: Any                       # jit: (RunState, n updates) -> (RunState, metrics);
-                                      #   donates the state; static n, so .lower(abstract, n)
-    evaluate: Any                     # jit: (train state, seed key(s)) -> {"return_mean",
-                                      #   "return_std", "length_mean"}, reduced over the mesh
-    abstract_state: Callable[[], Any]  # init()'s result as ShapeDtypeStructs with shardings
-    layout: Layout
-    init_program: Any                 # jit behind init: (seed key(s), swept dict) -> RunState,
-                                      #   to .lower() and compile with options of one's own
+    name: str                               # the value of ``algo:`` and the section's key
+    section: type                           # frozen kw-only dataclass of the section
+    check: Callable[[Any], None]            # raises ConfigError naming the bad key
+    sweepable: tuple[str, ...]              # dotted keys (``ppo.learning_rate``)
+    steps_per_env: Callable[[Any], int]     # env steps per environment per update
+    make: str                               # "module:function": (section, sizes, spec,
+                                            #   layout) -> Agent, imported when a run starts
+    doc: str = ""
+
+
+_REGISTRY: dict[str, Algorithm] = {}
+_loaded = [False]
+
+
+def register(algorithm: Algorithm) -> Algorithm:
+    """Add an algorithm (idempotent for the same record)."""
+    _REGISTRY[algorithm.name] = algorithm
+    return algorithm
+
+
+def _load_plugins() -> None:
+    for name in filter(None, (s.strip() for s in os.environ.get(PLUGINS_VAR, "").split(","))):
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise ConfigError(f"{PLUGINS_VAR} names module '{name}', which does not import "
+                              f"({e}); fix the name or PYTHONPATH") from None
+
+
+def algorithms() -> dict[str, Algorithm]:
+    """Every registered algorithm (built-in ones and ``JAXRL_DIST_PLUGINS``'), by name."""
+    if not _loaded[0]:
+        _loaded[0] = True
+        from jaxrl_dist.agents.ppo import config as _ppo  # noqa: F401 (registers "ppo")
+        _load_plugins()
+    return dict(_REGISTRY)
+
+
+def get(name: str) -> Algorithm:
+    known = algorithms()
+    if name not in known:
+        raise ConfigError(f"algo '{name}' is not a known algorithm; one of: "
+                          f"{', '.join(sorted(known))}")
+    return known[name]
 
 
 def make_learner(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Learner:
-    """The learner of ``config`` (PPO, today's only algorithm) for ``spec`` over ``layout``."""
-    from jaxrl_dist.agents.ppo.learner import make_learner as make_ppo
-    return make_ppo(config, sizes, spec, layout)
+    """The programs of ``config``'s algorithm for ``spec`` over ``layout``. The algorithm's
+    own code receives its section and the derived sizes, never the whole run config."""
+    from jaxrl_dist import programs
+
+    algorithm = get(config.algo)
+    module, _, function = algorithm.make.partition(":")
+    make_agent = getattr(importlib.import_module(module), function)
+    layout = programs.as_layout(layout)
+    agent = make_agent(config.agent, sizes, programs.spec_in(spec, layout), layout)
+    return programs.build(agent, sizes, spec, layout, programs.RunSettings.of(config))

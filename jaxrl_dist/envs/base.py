@@ -80,10 +80,27 @@ class EnvSpec:
     # environments finished cost more than the steps). Same keys, same states.
     reset_each: bool = False
 
-    @property
-    def image_obs(self) -> bool:
-        """Observations with a spatial layout ``[H, W, C]`` (a CNN torso fits them)."""
-        return len(self.obs_shape) == 3
+    def describe(self) -> dict[str, Any]:
+        """The spaces as plain JSON data (what a checkpoint records for rebuilding a policy
+        without the environment library): :meth:`from_description` reads it back."""
+        def bound(b):
+            return None if b is None else np.broadcast_to(
+                np.asarray(b, np.float64), (self.action_dim,)).tolist()
+        return {"name": self.name, "obs_shape": list(self.obs_shape),
+                "action_dim": self.action_dim, "continuous": self.continuous,
+                "action_low": bound(self.action_low), "action_high": bound(self.action_high),
+                "masked": self.masked, "max_episode_steps": self.max_episode_steps}
+
+    @classmethod
+    def from_description(cls, d: dict[str, Any]) -> EnvSpec:
+        """An EnvSpec with no environment behind it (``adapter`` None): enough for networks
+        and policies, not for stepping."""
+        def bound(b):
+            return None if b is None else np.asarray(b, np.float32)
+        return cls(adapter=None, name=d["name"], obs_shape=tuple(d["obs_shape"]),
+                   action_dim=int(d["action_dim"]), continuous=bool(d["continuous"]),
+                   action_low=bound(d["action_low"]), action_high=bound(d["action_high"]),
+                   max_episode_steps=int(d["max_episode_steps"]), masked=bool(d["masked"]))
 
 
 @struct.dataclass
@@ -250,10 +267,6 @@ class TimeLimit:
 
     adapter: Any
     max_steps: int
-
-    @property
-    def masked(self) -> bool:
-        return hasattr(self.adapter, "action_mask")
 
     def reset(self, key: jax.Array) -> tuple[_Timed, jax.Array]:
         state, obs = self.adapter.reset(key)

@@ -1,10 +1,11 @@
-"""The PPO section of a run's config (``ppo:`` and ``network:``) and its checks. jax-free: the CLI
-reads and checks a config before jax is imported."""
+"""PPO's section of a run's config (``ppo:``, its network included), its checks, and its
+registry record. jax-free: the CLI reads and checks a config before jax is imported."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from jaxrl_dist.agents import Algorithm, register
 from jaxrl_dist.errors import ConfigError
 from jaxrl_dist.typed import doc as _doc
 
@@ -16,7 +17,26 @@ INITS = ("orthogonal", "lecun")
 
 
 @dataclass(frozen=True, kw_only=True)
+class NetworkConfig:
+    actor_hidden: tuple[int, ...] = _doc("actor MLP hidden sizes", default=(64, 64))
+    critic_hidden: tuple[int, ...] = _doc("critic MLP hidden sizes", default=(64, 64))
+    activation: str = _doc(f"hidden activation, one of {', '.join(ACTIVATIONS)}", default="tanh")
+    torso: str = _doc("observation encoder: cnn (3x3 convolutions, for [H, W, C] grids and "
+                      "images), mlp (flattens), auto = cnn for [H, W, C] observations",
+                      default="auto")
+    cnn_channels: tuple[int, ...] = _doc("channels of the CNN torso's 3x3 conv layers (stride 1,"
+                                         " ReLU), before the hidden layers", default=(16,))
+    init: str = _doc("weight init: orthogonal (sqrt 2; policy head 0.01, value head 1, as "
+                     "PureJaxRL and CleanRL) or lecun (flax's default, every layer; rejax)",
+                     default="orthogonal")
+    bounded_actions: str = _doc("continuous actions with bounds: clip (a Gaussian, clipped by the "
+                                "environment) or tanh (a Gaussian squashed into the bounds)",
+                                default="clip")
+
+
+@dataclass(frozen=True, kw_only=True)
 class PPOConfig:
+    num_steps: int = _doc("rollout length per environment per update", default=128)
     gamma: float = _doc("discount factor", default=0.99)
     gae_lambda: float = _doc("GAE(lambda) bias/variance trade-off", default=0.95)
     clip_eps: float = _doc("PPO ratio clip range", default=0.2)
@@ -46,24 +66,7 @@ class PPOConfig:
                                    "global approx KL exceeds 1.5 x target_kl; null = off",
                                    default=None)
     anneal_clip_eps: bool = _doc("linearly anneal clip_eps to 0 over training", default=False)
-
-
-@dataclass(frozen=True, kw_only=True)
-class NetworkConfig:
-    actor_hidden: tuple[int, ...] = _doc("actor MLP hidden sizes", default=(64, 64))
-    critic_hidden: tuple[int, ...] = _doc("critic MLP hidden sizes", default=(64, 64))
-    activation: str = _doc(f"hidden activation, one of {', '.join(ACTIVATIONS)}", default="tanh")
-    torso: str = _doc("observation encoder: cnn (3x3 convolutions, for [H, W, C] grids and "
-                      "images), mlp (flattens), auto = cnn for [H, W, C] observations",
-                      default="auto")
-    cnn_channels: tuple[int, ...] = _doc("channels of the CNN torso's 3x3 conv layers (stride 1,"
-                                         " ReLU), before the hidden layers", default=(16,))
-    init: str = _doc("weight init: orthogonal (sqrt 2; policy head 0.01, value head 1, as "
-                     "PureJaxRL and CleanRL) or lecun (flax's default, every layer; rejax)",
-                     default="orthogonal")
-    bounded_actions: str = _doc("continuous actions with bounds: clip (a Gaussian, clipped by the "
-                                "environment) or tanh (a Gaussian squashed into the bounds)",
-                                default="clip")
+    network: NetworkConfig = field(default_factory=NetworkConfig)
 
 
 # Keys a population may sweep: each is a scalar of the update's math, so members differ only in
@@ -78,12 +81,14 @@ def _require(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
-def check(p: PPOConfig, n: NetworkConfig, num_steps: int) -> None:
+def check(p: PPOConfig) -> None:
     """Each value in range, and minibatches that split a rollout evenly."""
+    n, num_steps = p.network, p.num_steps
+    _require(num_steps >= 1, f"ppo.num_steps must be >= 1, got {num_steps}")
     _require(p.update_epochs >= 1, f"ppo.update_epochs must be >= 1, got {p.update_epochs}")
     _require(p.num_minibatches >= 1, f"ppo.num_minibatches must be >= 1, got {p.num_minibatches}")
     _require(num_steps % p.num_minibatches == 0,
-             f"num_steps ({num_steps}) must be divisible by ppo.num_minibatches "
+             f"ppo.num_steps ({num_steps}) must be divisible by ppo.num_minibatches "
              f"({p.num_minibatches}): each minibatch takes num_steps/num_minibatches steps of "
              f"every environment")
     _require(0.0 <= p.gamma <= 1.0, f"ppo.gamma must be in [0, 1], got {p.gamma}")
@@ -99,15 +104,23 @@ def check(p: PPOConfig, n: NetworkConfig, num_steps: int) -> None:
         _require(getattr(p, name) >= 0, f"ppo.{name} must be >= 0, got {getattr(p, name)}")
     _require(p.grad_clip in GRAD_CLIPS,
              f"ppo.grad_clip must be one of {', '.join(GRAD_CLIPS)}, got {p.grad_clip!r}")
-    _require(n.init in INITS, f"network.init must be one of {', '.join(INITS)}, got {n.init!r}")
+    _require(n.init in INITS,
+             f"ppo.network.init must be one of {', '.join(INITS)}, got {n.init!r}")
     _require(n.activation in ACTIVATIONS,
-             f"network.activation must be one of {', '.join(ACTIVATIONS)}, got {n.activation!r}")
+             f"ppo.network.activation must be one of {', '.join(ACTIVATIONS)}, "
+             f"got {n.activation!r}")
     _require(n.bounded_actions in BOUNDED_ACTIONS,
-             f"network.bounded_actions must be one of {', '.join(BOUNDED_ACTIONS)}, "
+             f"ppo.network.bounded_actions must be one of {', '.join(BOUNDED_ACTIONS)}, "
              f"got {n.bounded_actions!r}")
     _require(n.torso in TORSOS,
-             f"network.torso must be one of {', '.join(TORSOS)}, got {n.torso!r}")
+             f"ppo.network.torso must be one of {', '.join(TORSOS)}, got {n.torso!r}")
     for name in ("actor_hidden", "critic_hidden", "cnn_channels"):
         sizes = getattr(n, name)
         _require(all(s >= 1 for s in sizes),
-                 f"network.{name} sizes must be >= 1, got {list(sizes)}")
+                 f"ppo.network.{name} sizes must be >= 1, got {list(sizes)}")
+
+
+register(Algorithm(
+    name="ppo", section=PPOConfig, check=check, sweepable=SWEEPABLE,
+    steps_per_env=lambda p: p.num_steps, make="jaxrl_dist.agents.ppo.learner:make_agent",
+    doc="clipped PPO with GAE, a separate actor and critic"))

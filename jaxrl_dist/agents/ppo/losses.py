@@ -29,7 +29,8 @@ def compute_gae(
 
     ``done_t`` marks that the episode ended AT step t (the next value belongs to a new
     episode), so neither the bootstrap nor the recursion crosses it. Time-limit truncations are
-    handled by the caller folding ``gamma * V(final_obs)`` into ``r_t``.
+    handled by the caller folding ``gamma * V(final_obs)`` into ``r_t``
+    (:func:`bootstrap_truncation`).
 
     Args:
       r_t: [T, B] rewards.  v_t: [T, B] values of the observations acted on.
@@ -51,6 +52,13 @@ def compute_gae(
     _, advantages = jax.lax.scan(
         backward, (jnp.zeros_like(v_last), v_last), (r_t, v_t, not_done), reverse=True)
     return advantages, advantages + v_t
+
+
+def bootstrap_truncation(r_t: jax.Array, truncated_t: jax.Array, v_final_t: jax.Array,
+                         gamma: float) -> jax.Array:
+    """r_t + gamma * V(final obs_t) where the episode was truncated at t (a time limit is not a
+    terminal state: credit the value of where it stopped), else r_t."""
+    return r_t + gamma * jnp.where(truncated_t, v_final_t, 0.0)
 
 
 class LossInputs(NamedTuple):

@@ -102,11 +102,14 @@ class Networks(NamedTuple):
     init: Callable[[jax.Array], Any]
     policy: Callable[..., Categorical | DiagGaussian]   # (params, obs, mask=None)
     value: Callable[[Any, jax.Array], jax.Array]
+    env_action: Callable[[jax.Array], jax.Array]   # a drawn action -> the environment's
+                                                   #   (the tanh squash, if any; no params)
 
 
 def make_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
     conv = tuple(config.cnn_channels) if use_cnn(config, spec.obs_shape) else ()
-    actor = Actor(config, spec.action_dim, spec.continuous, conv, _tanh_bounds(config, spec))
+    bounds = _tanh_bounds(config, spec)
+    actor = Actor(config, spec.action_dim, spec.continuous, conv, bounds)
     critic = Critic(config, conv)
     dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
 
@@ -123,4 +126,10 @@ def make_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
     def value(params: Any, obs: jax.Array) -> jax.Array:
         return critic.apply({"params": params["critic"]}, obs)
 
-    return Networks(init, policy, value)
+    def env_action(action: jax.Array) -> jax.Array:
+        if bounds is None:
+            return action
+        low, high = map(jnp.asarray, bounds)
+        return DiagGaussian(action, action, low, high).env_action(action)
+
+    return Networks(init, policy, value, env_action)

@@ -11,26 +11,24 @@ from typing import Any, Callable
 import jax
 import optax
 
-from jaxrl_dist.config import Config
+from jaxrl_dist.agents.ppo.config import PPOConfig
 from jaxrl_dist.sizes import Sizes
 
 
-def hyperparameters(config: Config, swept: dict[str, jax.Array] | None = None) -> dict[str, Any]:
+def hyperparameters(p: PPOConfig, swept: dict[str, jax.Array] | None = None) -> dict[str, Any]:
     """The update's scalar hyperparameters: the config's values (Python floats, constants of
     the program), overridden by a population's swept values (arrays in the train state)."""
-    p = config.ppo
     values = {name: getattr(p, name) for name in ("learning_rate", "ent_coef", "clip_eps", "gamma",
                                                   "gae_lambda", "vf_coef", "max_grad_norm")}
     return {**values, **(swept or {})}
 
 
-def make_optimizer(config: Config, sizes: Sizes, hp: dict[str, Any] | None = None
+def make_optimizer(p: PPOConfig, sizes: Sizes, hp: dict[str, Any] | None = None
                    ) -> tuple[optax.GradientTransformation, Callable[[jax.Array], jax.Array]]:
     """Adam after gradient clipping (``ppo.grad_clip``: each network's global norm, or each
     element); returns (optimizer, lr schedule over SGD steps).
     Built inside the program when ``hp`` holds a member's swept (traced) values."""
-    p = config.ppo
-    hp = hyperparameters(config, hp)
+    hp = hyperparameters(p, hp)
     if p.anneal_lr:
         schedule = optax.linear_schedule(
             hp["learning_rate"], 0.0,

@@ -1,8 +1,9 @@
-"""PPO's update for ONE member, written for the body of a ``shard_map`` over the data axis: the
-only place with the update's collectives (:mod:`.learner` wraps it into programs).
+"""PPO's ``learn`` for ONE member, written for the body of a ``shard_map`` over the data axis:
+the only place with the update's collectives (:mod:`.learner` declares the agent around it).
 
 Each device runs the body of :func:`jax.shard_map` on its shard of the environments; parameters
-and optimizer state are replicated. Collectives over ``DATA_AXIS`` make every statistic global:
+and optimizer state are replicated. Collectives over the layout's data axis make every
+statistic global:
 
 * the gradient is the mean over the global minibatch (see :func:`make_sgd_step`). Beware: with
   replicated params, ``grad`` of the LOCAL loss already returns the SUM over devices, and the
@@ -27,17 +28,15 @@ import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
 
-from jaxrl_dist import envs as envs_lib
 from jaxrl_dist import rollout, running_stats
 from jaxrl_dist.agents.ppo import losses
+from jaxrl_dist.agents.ppo.config import PPOConfig
 from jaxrl_dist.agents.ppo.networks import Networks
 from jaxrl_dist.agents.ppo.optimizer import hyperparameters, make_optimizer
-from jaxrl_dist.config import Config
 from jaxrl_dist.envs import EnvSpec
 from jaxrl_dist.running_stats import Moments
-from jaxrl_dist.sharding import DATA_AXIS, Layout
 from jaxrl_dist.sizes import Sizes
-from jaxrl_dist.types import RunState
+from jaxrl_dist.types import Trajectory
 
 
 class TrainState(NamedTuple):
@@ -61,9 +60,8 @@ def advantage_sums(advantage: jax.Array) -> jax.Array:
 def normalize_advantages(advantage: jax.Array, global_sums: jax.Array) -> jax.Array:
     """Normalise each minibatch by its GLOBAL mean and std (``global_sums``: psum of
     :func:`advantage_sums` over the data axis)."""
-    mean = global_sums[0] / global_sums[2]
-    std = jnp.sqrt(jnp.maximum(global_sums[1] / global_sums[2] - jnp.square(mean), 0.0))
-    return (advantage - mean[..., None]) / (std[..., None] + 1e-8)
+    mean, var = running_stats.moments_from_sums(*global_sums)
+    return (advantage - mean[..., None]) / (jnp.sqrt(var)[..., None] + 1e-8)
 
 
 def permutation(key: jax.Array, n: int) -> jax.Array:
@@ -80,8 +78,8 @@ def permutation(key: jax.Array, n: int) -> jax.Array:
     return (jnp.sort(keyed) & ((1 << index_bits) - 1)).astype(jnp.int32)
 
 
-def make_sgd_step(config: Config, nets: Networks, optimizer: optax.GradientTransformation,
-                  axis_name: str = DATA_AXIS, hp: dict[str, Any] | None = None) -> Callable:
+def make_sgd_step(p: PPOConfig, nets: Networks, optimizer: optax.GradientTransformation,
+                  axis_name: str, hp: dict[str, Any] | None = None) -> Callable:
     """One gradient step on a global minibatch; call inside shard_map over ``axis_name``.
 
     (params, opt_state, local minibatch with advantages already normalised if configured,
@@ -94,8 +92,7 @@ def make_sgd_step(config: Config, nets: Networks, optimizer: optax.GradientTrans
     equal-sized, so the mean of local means is the global mean. Small collectives are latency
     bound (gloo on CPU, NCCL across hosts), so fusing them is what keeps multi-process fast.
     """
-    p = config.ppo
-    hp = hyperparameters(config, hp)
+    hp = hyperparameters(p, hp)
 
     def local_loss(params, batch, clip_eps):
         return losses.ppo_loss(params, batch, nets.policy, nets.value, clip_eps,
@@ -116,69 +113,62 @@ def make_sgd_step(config: Config, nets: Networks, optimizer: optax.GradientTrans
     return sgd_step
 
 
-def normalize_obs(config: Config, moments: Moments, obs: jax.Array) -> jax.Array:
+def normalize_obs(p: PPOConfig, moments: Moments, obs: jax.Array) -> jax.Array:
     """What the networks see: raw observations, or standardised by the running moments (the
-    one rule for acting, learning and evaluating)."""
-    return running_stats.normalize(moments, obs) if config.ppo.normalize_observations else obs
+    one rule for acting, learning, evaluating and the exported policy)."""
+    return running_stats.normalize(moments, obs) if p.normalize_observations else obs
 
 
-def local_env_ids(num_local: int) -> jax.Array:
-    """Global indices of this device's environments (inside the shard_map)."""
-    return jax.lax.axis_index(DATA_AXIS) * num_local + jnp.arange(num_local)
+def make_init_fn(p: PPOConfig, sizes: Sizes, spec: EnvSpec) -> Callable:
+    """(key, params, swept hparams, local envs) -> (TrainState, data) of one member."""
+    optimizer, _ = make_optimizer(p, sizes)   # its state's structure
 
-
-def make_init_fn(config: Config, sizes: Sizes, spec: EnvSpec, nets: Networks) -> Callable:
-    """(seed key, swept hparams, params) -> RunState of one member on this device. Parameters
-    come in separately so a population can build them member by member (see learner.py)."""
-    optimizer, _ = make_optimizer(config, sizes)   # its state's structure
-
-    def init(seed_key: jax.Array, swept: dict[str, jax.Array], params: Any) -> RunState:
-        _, key_envs, key_train = jax.random.split(seed_key, 3)
-        env_ids = local_env_ids(sizes.local_envs)
-        slots = jax.vmap(lambda k: envs_lib.reset(spec, k))(rollout.env_keys(key_envs, env_ids))
+    def init(key: jax.Array, params: Any, swept: dict[str, jax.Array], num_local: int):
+        del num_local   # PPO keeps no per-environment data between updates
         train = TrainState(params, optimizer.init(params),
                            running_stats.init_moments(spec.obs_shape),
-                           running_stats.init_moments(()), key_train, jnp.int32(0), swept)
-        return RunState(train, slots)
+                           running_stats.init_moments(()), key, jnp.int32(0), swept)
+        return train, ()
 
     return init
 
 
-def init_params(nets: Networks, seed_key: jax.Array) -> Any:
-    """Parameters from the first of the seed key's three streams (params, envs, training)."""
-    return nets.init(jax.random.split(seed_key, 3)[0])
+def make_learn_fn(p: PPOConfig, sizes: Sizes, spec: EnvSpec, nets: Networks, axis: str
+                  ) -> Callable[..., tuple[TrainState, Any, dict[str, jax.Array]]]:
+    """(TrainState, data, Trajectory [T, E], key) -> (TrainState, data, metrics): one update
+    of one member on this device from the transitions it is given."""
+    M = p.num_minibatches
 
-
-def make_update_fn(config: Config, sizes: Sizes, spec: EnvSpec, nets: Networks, layout: Layout
-                   ) -> Callable[[RunState, Any], tuple[RunState, dict[str, jax.Array]]]:
-    """(RunState, _) -> (RunState, metrics): one update of one member on this device, in the
-    form ``lax.scan`` takes."""
-    p = config.ppo
-    T, E, M = config.num_steps, sizes.local_envs, p.num_minibatches
-
-    def one_update(state: RunState, _) -> tuple[RunState, dict[str, jax.Array]]:
-        train = state.train
-        hp = hyperparameters(config, train.hparams)
-        optimizer, schedule = make_optimizer(config, sizes, train.hparams)
-        sgd_step = make_sgd_step(config, nets, optimizer, hp=train.hparams)
-        env_ids = local_env_ids(E)
-        key, key_rollout, key_shuffle = jax.random.split(train.key, 3)
+    def learn(train: TrainState, data: Any, trajectory: Trajectory, key_shuffle: jax.Array):
+        steps = trajectory.steps
+        T, E = steps.reward.shape
+        hp = hyperparameters(p, train.hparams)
+        optimizer, schedule = make_optimizer(p, sizes, train.hparams)
+        sgd_step = make_sgd_step(p, nets, optimizer, axis, hp=train.hparams)
+        env_ids = rollout.local_env_ids(E, axis)
 
         def normalize_fn(x):
-            return normalize_obs(config, train.obs_moments, x)
+            return normalize_obs(p, train.obs_moments, x)
 
         def value_fn(obs):  # in return units, whatever the critic's own scale
             value = nets.value(train.params, normalize_fn(obs))
-            return running_stats.denormalize(train.value_moments, value) if p.normalize_values else value
+            if p.normalize_values:
+                return running_stats.denormalize(train.value_moments, value)
+            return value
 
-        # COLLECT TRAJECTORIES
-        slots, traj = rollout.collect(
-            spec, lambda obs, mask: nets.policy(train.params, normalize_fn(obs), mask), value_fn,
-            state.envs, env_ids, key_rollout, T, hp["gamma"], p.bootstrap_truncation)
+        def values(obs: jax.Array) -> jax.Array:           # [T, E, *obs] -> [T, E], one pass
+            return value_fn(obs.reshape(-1, *spec.obs_shape)).reshape(obs.shape[:2])
 
-        # ADVANTAGES
-        advantages, targets = losses.compute_gae(traj.reward, traj.value, traj.done,
-                                                 value_fn(slots.obs), hp["gamma"],
+        # ADVANTAGES. A time limit is not a terminal state: credit the value of where it
+        # stopped (the real final observation, before the auto-reset).
+        value = values(steps.obs)
+        reward = steps.reward
+        if p.bootstrap_truncation:
+            reward = losses.bootstrap_truncation(reward, steps.truncated,
+                                                 values(steps.final_obs), hp["gamma"])
+        done = jnp.logical_or(steps.terminated, steps.truncated)
+        advantages, targets = losses.compute_gae(reward, value, done,
+                                                 value_fn(trajectory.last_obs), hp["gamma"],
                                                  hp["gae_lambda"])
 
         # MINIBATCHES: stratified by environment; every epoch's permutations drawn up front
@@ -197,41 +187,37 @@ def make_update_fn(config: Config, sizes: Sizes, spec: EnvSpec, nets: Networks, 
         # epochs' minibatches, observation moments, episode and value metrics. Small
         # collectives cost latency, not bandwidth (gloo between processes), so fusing them
         # matters as much as their count.
-        residual = targets - traj.value
+        residual = targets - value
         # Sums of targets are taken around the running mean: E[x^2] - E[x]^2 of raw targets
         # (~100 on CartPole) loses the variance to float32 cancellation once returns are stable.
         shift = train.value_moments.mean
-        obs = traj.obs.reshape(-1, *spec.obs_shape)
+        obs = steps.obs.reshape(-1, *spec.obs_shape)
         parts = {
             "advantage": advantage_sums(epoch_advantages) if p.normalize_advantages else None,
             "obs": (jnp.stack([jnp.sum(obs, 0), jnp.sum(jnp.square(obs), 0)])
                     if p.normalize_observations else None),
-            "metrics": jnp.stack([
-                jnp.sum(traj.finished_return),
-                jnp.sum(traj.finished_length).astype(jnp.float32),
-                jnp.sum(traj.finished_length > 0).astype(jnp.float32),
-                jnp.sum(targets - shift), jnp.sum(jnp.square(targets - shift)),
-                jnp.sum(residual), jnp.sum(jnp.square(residual)),
-                jnp.float32(targets.size)]),
+            "episodes": rollout.episode_sums(steps),
+            "target": jnp.stack([jnp.sum(targets - shift), jnp.sum(jnp.square(targets - shift))]),
+            "residual": jnp.stack([jnp.sum(residual), jnp.sum(jnp.square(residual))]),
+            "count": jnp.float32(targets.size),
         }
         flat, unravel = ravel_pytree(parts)
-        sums = unravel(jax.lax.psum(flat, DATA_AXIS))
+        sums = unravel(jax.lax.psum(flat, axis))
         if p.normalize_advantages:
             epoch_advantages = normalize_advantages(epoch_advantages, sums["advantage"])
-        m = sums["metrics"]
-        n = m[7]
+        n = sums["count"]
 
         # VALUE TARGETS in the critic's scale: moments updated with this rollout's targets
         # (always tracked; used by the critic only with normalize_values)
-        target_var = jnp.maximum(m[4] / n - jnp.square(m[3] / n), 0.0)
-        value_moments = running_stats.merge_moments(train.value_moments, m[3] / n + shift,
-                                             target_var, n)
+        target_mean, target_var = running_stats.moments_from_sums(*sums["target"], n)
+        value_moments = running_stats.merge_moments(train.value_moments, target_mean + shift,
+                                                    target_var, n)
         if p.normalize_values:
             scale = functools.partial(running_stats.standardize, value_moments)
         else:
             scale = lambda x: x  # noqa: E731
-        data = losses.LossInputs(normalize_fn(traj.obs), traj.action, traj.log_prob,
-                                 scale(traj.value), advantages, scale(targets), traj.mask)
+        batch = losses.LossInputs(normalize_fn(steps.obs), steps.action, steps.extras["log_prob"],
+                                  scale(value), advantages, scale(targets), steps.mask)
         progress = train.update.astype(jnp.float32) / sizes.num_updates
         clip_eps = (hp["clip_eps"] * (1.0 - progress) if p.anneal_clip_eps
                     else jnp.float32(hp["clip_eps"]))
@@ -239,6 +225,8 @@ def make_update_fn(config: Config, sizes: Sizes, spec: EnvSpec, nets: Networks, 
         # UPDATE NETWORK: epochs x minibatches. KL early stop: once a minibatch's GLOBAL
         # approx KL (already reduced over the mesh, so every device agrees) exceeds
         # 1.5 x target_kl, that step and every later one of this update is skipped.
+        unravel_stats: list = [None]   # set while tracing the step
+
         def epoch(carry, xs):
             perm, advantage = xs
 
@@ -252,49 +240,54 @@ def make_update_fn(config: Config, sizes: Sizes, spec: EnvSpec, nets: Networks, 
                         lambda a, b: jnp.where(stopped, b, a), new, old)
                     new_params, new_opt_state = keep((new_params, new_opt_state),
                                                      (params, opt_state))
-                # One [8] vector per step, not 8 scalars: each scan output is a kernel per step.
-                return (new_params, new_opt_state, stopped), jnp.stack(
-                    [*info, gnorm, stopped.astype(jnp.float32)])
+                # One vector per step, not one scalar per statistic: each scan output is a
+                # kernel per step.
+                stats, unravel_stats[0] = ravel_pytree(
+                    {**info._asdict(), "grad_norm": gnorm, "skipped": stopped.astype(jnp.float32)})
+                return (new_params, new_opt_state, stopped), stats
 
-            minibatches = jax.tree.map(lambda x: to_minibatches(x, perm), data)
+            minibatches = jax.tree.map(lambda x: to_minibatches(x, perm), batch)
             return jax.lax.scan(minibatch, carry, minibatches._replace(advantage=advantage))
 
         (params, opt_state, _), stats = jax.lax.scan(
             epoch, (train.params, train.opt_state, jnp.bool_(False)), (perms, epoch_advantages))
-        k = len(losses.LossInfo._fields)
-        info = losses.LossInfo(*jnp.moveaxis(stats[..., :k], -1, 0))         # each [U, M]
-        grad_norm, skipped = stats[..., k], stats[..., k + 1]
+        stats = jax.vmap(jax.vmap(unravel_stats[0]))(stats)                   # each [U, M]
 
         # OBSERVATION STATISTICS (global moments of this rollout, used from the next one on)
         moments = train.obs_moments
         if p.normalize_observations:
-            count = jnp.float32(obs.shape[0] * layout.data_size)
-            mean = sums["obs"][0] / count
-            var = jnp.maximum(sums["obs"][1] / count - jnp.square(mean), 0.0)
-            moments = running_stats.merge_moments(moments, mean, var, count)
+            mean, var = running_stats.moments_from_sums(*sums["obs"], n)   # n: global steps
+            moments = running_stats.merge_moments(moments, mean, var, n)
 
-        # METRICS
-        residual_var = m[6] / n - jnp.square(m[5] / n)
+        # METRICS (names and aggregation declared in METRICS)
+        _, residual_var = running_stats.moments_from_sums(*sums["residual"], n)
         metrics = {
-            "episode_return_sum": m[0],
-            "episode_length_sum": m[1],
-            "episodes": m[2],
-            "total_loss": jnp.mean(info.total),
-            "policy_loss": jnp.mean(info.policy_loss),
-            "value_loss": jnp.mean(info.value_loss),
-            "entropy": jnp.mean(info.entropy),
-            "approx_kl": jnp.mean(info.approx_kl),
-            "clip_fraction": jnp.mean(info.clip_fraction),
-            "grad_norm": jnp.mean(grad_norm),
+            **sums["episodes"],
+            "total_loss": jnp.mean(stats["total"]),
+            "policy_loss": jnp.mean(stats["policy_loss"]),
+            "value_loss": jnp.mean(stats["value_loss"]),
+            "entropy": jnp.mean(stats["entropy"]),
+            "approx_kl": jnp.mean(stats["approx_kl"]),
+            "clip_fraction": jnp.mean(stats["clip_fraction"]),
+            "grad_norm": jnp.mean(stats["grad_norm"]),
             "explained_variance": 1.0 - residual_var / (target_var + 1e-8),
-            "advantage_std": jnp.sqrt(jnp.maximum(residual_var, 0.0)),   # before normalising
+            "advantage_std": jnp.sqrt(residual_var),   # before normalising
             "learning_rate": schedule(train.update * p.update_epochs * M),
-            "value_mean": m[3] / n + shift,
-            "sgd_steps_fraction": 1.0 - jnp.mean(skipped),
+            "value_mean": target_mean + shift,
+            "sgd_steps_fraction": 1.0 - jnp.mean(stats["skipped"]),
             "clip_eps": clip_eps,
         }
-        new_train = TrainState(params, opt_state, moments, value_moments, key, train.update + 1,
-                               train.hparams)
-        return RunState(new_train, slots), metrics
+        new_train = TrainState(params, opt_state, moments, value_moments, train.key,
+                               train.update + 1, train.hparams)
+        return new_train, data, metrics
 
-    return one_update
+    return learn
+
+
+METRICS = {
+    "episode_return_sum": "sum", "episode_length_sum": "sum", "episodes": "sum",
+    **dict.fromkeys(("total_loss", "policy_loss", "value_loss", "entropy", "approx_kl",
+                     "clip_fraction", "grad_norm", "explained_variance", "advantage_std",
+                     "value_mean", "sgd_steps_fraction", "clip_eps"), "mean"),
+    "learning_rate": "last",
+}

@@ -14,7 +14,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from jaxrl_dist.bench import _clean_env, _fmt, stats
+from jaxrl_dist.bench.common import XLA_ENV, _clean_env, _fmt, stats
 
 
 ALLREDUCE_SCRIPT = textwrap.dedent("""
@@ -60,8 +60,7 @@ def bench_collectives(args) -> tuple[list[dict], str]:
     process pinned to its own core and unpinned: the floor under every multi-process SGD step."""
     script = Path(tempfile.mkdtemp()) / "allreduce.py"
     script.write_text(ALLREDUCE_SCRIPT)
-    env = _clean_env(JAX_PLATFORMS="cpu",
-                     XLA_FLAGS="--xla_cpu_enable_concurrency_optimized_scheduler=false")
+    env = _clean_env(**XLA_ENV)
     rows, md = [], ["| floats | processes pinned | all-reduce µs, median (min–max) |",
                     "|---|---|---|"]
     for n in (8, 9_200):   # 9,200 ~ the CartPole actor + critic gradient

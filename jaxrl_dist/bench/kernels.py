@@ -18,8 +18,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from jaxrl_dist.bench import run_command
-from jaxrl_dist.bench_rejax import REJAX_CARTPOLE
+from jaxrl_dist.bench.common import run_command
+from jaxrl_dist.bench.rejax import REJAX_CARTPOLE, rejax_python
 from jaxrl_dist.protocol import CPU_SCHEDULER_FLAG
 
 COUNT = textwrap.dedent("""
@@ -73,9 +73,7 @@ def count_ours(config: str, sets: list[str]) -> dict[str, dict[str, float]]:
 
 
 def bench_kernels(args) -> tuple[list[dict], str]:
-    from jaxrl_dist.bench_rejax import ensure_rejax
-
-    rejax = [] if args.no_rejax else [str(ensure_rejax())]
+    rejax = [] if args.no_rejax else [str(rejax_python(args, create=True))]
     script = Path(tempfile.mkdtemp()) / "rejax_kernels.py"
     script.write_text(REJAX)
     runs: dict[tuple[str, str], list[dict]] = {}

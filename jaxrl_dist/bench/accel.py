@@ -25,9 +25,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from jaxrl_dist.bench import _fmt, run_command, stats, train_cmd
-from jaxrl_dist.bench_learning import PEERS, hparams
-from jaxrl_dist.bench_rejax import REJAX_PYTHON
+from jaxrl_dist.bench.common import PEERS, _fmt, run_command, stats, train_cmd
+from jaxrl_dist.bench.learning import hparams
+from jaxrl_dist.bench.rejax import rejax_python
 
 
 def accelerator() -> str:
@@ -67,7 +67,7 @@ def bench_accel(args) -> tuple[list[dict], str]:
     from jaxrl_dist import config as config_lib
     config = config_lib.load(args.config, args.set)
     args.env_id = config.env
-    args.rejax_python = args.rejax_python or REJAX_PYTHON
+    args.rejax_python = rejax_python(args)
     if not Path(args.rejax_python).exists():
         raise SystemExit(f"--rejax-python {args.rejax_python} does not exist (an interpreter "
                          "that imports rejax 0.1.3 and gymnax 0.0.9)")
@@ -79,7 +79,7 @@ def bench_accel(args) -> tuple[list[dict], str]:
           "| global envs | env steps per run | ours steady SPS | rejax steady SPS | ours / rejax "
           "| compile s, ours | compile s, rejax |", "|---|---|---|---|---|---|---|"]
     for envs in args.envs:
-        steps = envs * config.num_steps * args.updates
+        steps = envs * config.ppo.num_steps * args.updates
         hp = {**hparams(config), "num_envs": envs}
         res: dict[str, list] = {"ours": [], "rejax": []}
         for i in range(args.repeats):

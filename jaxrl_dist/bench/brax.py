@@ -22,7 +22,8 @@ import textwrap
 from pathlib import Path
 
 from jaxrl_dist import config as config_lib
-from jaxrl_dist.bench import _fmt, run_command, stats, train_cmd
+from jaxrl_dist.bench.common import _fmt, run_command, stats, train_cmd
+from jaxrl_dist.protocol import CPU_SCHEDULER_FLAG
 
 BRAX_CONFIG = "configs/brax_inverted_pendulum.yaml"
 
@@ -69,11 +70,11 @@ BRAX_SCRIPT = textwrap.dedent("""
 
 def brax_hyperparameters(config: config_lib.Config, num_evals: int, unroll: int) -> dict:
     """Our config in Brax's PPO arguments (same data per update and per minibatch)."""
-    p, n = config.ppo, config.network
-    unrolls = config.num_steps // unroll                # unrolls per env per update
+    p, n = config.ppo, config.ppo.network
+    unrolls = config.ppo.num_steps // unroll                # unrolls per env per update
     batch = config.num_envs * unrolls // p.num_minibatches
-    if config.num_steps % unroll or batch * p.num_minibatches != config.num_envs * unrolls:
-        raise SystemExit(f"bench brax: num_steps ({config.num_steps}) must be a multiple of "
+    if config.ppo.num_steps % unroll or batch * p.num_minibatches != config.num_envs * unrolls:
+        raise SystemExit(f"bench brax: num_steps ({config.ppo.num_steps}) must be a multiple of "
                          f"--brax-unroll ({unroll}) and its unrolls split into "
                          f"{p.num_minibatches} minibatches")
     return {"env": config.env.split(":", 1)[1], "num_timesteps": config.total_timesteps,
@@ -90,8 +91,7 @@ def brax_hyperparameters(config: config_lib.Config, num_evals: int, unroll: int)
 
 
 def _flags(devices: int) -> str:
-    return (f"--xla_force_host_platform_device_count={devices} "
-            f"--xla_cpu_enable_concurrency_optimized_scheduler=false")
+    return f"--xla_force_host_platform_device_count={devices} {CPU_SCHEDULER_FLAG}"
 
 
 def bench_brax(args) -> tuple[list[dict], str]:

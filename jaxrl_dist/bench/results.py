@@ -9,13 +9,14 @@ import sys
 import tempfile
 from pathlib import Path
 
-from jaxrl_dist.bench import run_command, train_cmd
+from jaxrl_dist.bench.common import SOLVED_RETURN, run_command, train_cmd
 
 RESULT_TARGETS = {  # config -> (return threshold, steps budget) from each config's header
-    "configs/cartpole.yaml": (475, 500_000),
-    "configs/acrobot.yaml": (-100, 1_000_000),
-    "configs/pendulum.yaml": (-300, 3_000_000),
-    "configs/minatar_spaceinvaders.yaml": (90, 2_000_000),
+    config: (SOLVED_RETURN[config], budget) for config, budget in (
+        ("configs/cartpole.yaml", 500_000),
+        ("configs/acrobot.yaml", 1_000_000),
+        ("configs/pendulum.yaml", 3_000_000),
+        ("configs/minatar_spaceinvaders.yaml", 2_000_000))
 }
 
 

@@ -13,7 +13,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from jaxrl_dist.bench import CARTPOLE, _fmt, run_command, stats, train_cmd
+from jaxrl_dist.bench.common import CARTPOLE, _fmt, run_command, stats, train_cmd
+from jaxrl_dist.protocol import CPU_SCHEDULER_FLAG
 
 REJAX_VENV = Path(".bench/rejax")
 REJAX_PYTHON = REJAX_VENV / "bin" / "python"
@@ -63,8 +64,16 @@ def ensure_rejax() -> Path:
     return REJAX_PYTHON
 
 
+def rejax_python(args, create: bool = False) -> Path:
+    """The interpreter that runs rejax: ``--rejax-python`` when given, else .bench/rejax's
+    (made first if ``create``)."""
+    if getattr(args, "rejax_python", None):
+        return Path(args.rejax_python)
+    return ensure_rejax() if create else REJAX_PYTHON
+
+
 def bench_rejax(args) -> tuple[list[dict], str]:
-    python = ensure_rejax()
+    python = rejax_python(args, create=True)
     # the shipped config as a user runs it: time-based checkpoints and replica checks stay ON
     ours_sets = [f"total_timesteps={args.steps}", *args.set]
     script = Path(tempfile.mkdtemp()) / "rejax_ppo.py"
@@ -77,7 +86,7 @@ def bench_rejax(args) -> tuple[list[dict], str]:
             cold = run_command(train_cmd(Path(tmp) / "cold", 1, CARTPOLE, ours_sets),
                                JAXRL_DIST_CACHE=cache)
             theirs = run_command([str(python), str(script), str(args.steps)],
-                                 XLA_FLAGS="--xla_cpu_enable_concurrency_optimized_scheduler=false")
+                                 XLA_FLAGS=CPU_SCHEDULER_FLAG)
             warm = run_command(train_cmd(Path(tmp) / "warm", 1, CARTPOLE, ours_sets),
                                JAXRL_DIST_CACHE=cache)
         for name, out in zip(names, (cold, warm, theirs)):

@@ -24,17 +24,24 @@ from typing import Any
 
 import numpy as np
 
-from jaxrl_dist.bench_rejax import REJAX_PYTHON, REJAX_SETUP
+from jaxrl_dist.bench.common import PEERS, SOLVED_RETURN, XLA_ENV
+from jaxrl_dist.bench.rejax import REJAX_SETUP, rejax_python
 from jaxrl_dist.population import bootstrap_ci, iqm
+
+
+def _solved(config: str, reference: float) -> tuple[str, float, float]:
+    """A task with a solved return: the config's own (common.SOLVED_RETURN)."""
+    return config, SOLVED_RETURN[config], reference
+
 
 # name -> (config, threshold, gymnax-blines reference return or None). MinAtar has no solved
 # return; a threshold there is a level the shipped configs' seeds pass (docs/learning.md), so
 # the column says how many seeds of each trainer get at least that far.
 TASKS = {
-    "cartpole": ("configs/cartpole.yaml", 475.0, 500.0),
-    "acrobot": ("configs/acrobot.yaml", -100.0, -80.0),
-    "pendulum": ("configs/pendulum.yaml", -300.0, -130.0),
-    "mountaincar_continuous": ("configs/mountaincar_continuous.yaml", 90.0, 92.0),
+    "cartpole": _solved("configs/cartpole.yaml", 500.0),
+    "acrobot": _solved("configs/acrobot.yaml", -80.0),
+    "pendulum": _solved("configs/pendulum.yaml", -130.0),
+    "mountaincar_continuous": _solved("configs/mountaincar_continuous.yaml", 92.0),
     "minatar_freeway": ("configs/minatar_freeway.yaml", 20.0, None),
     "minatar_spaceinvaders": ("configs/minatar_spaceinvaders.yaml", 50.0, None),
     "minatar_asterix": ("configs/minatar_asterix.yaml", 4.0, None),
@@ -51,9 +58,6 @@ PUREJAXRL_SETUP = (
     f".bench/purejaxrl_repo && git -C .bench/purejaxrl_repo checkout {PUREJAXRL_COMMIT} && "
     "mkdir -p .bench/purejaxrl_src && cp .bench/purejaxrl_repo/purejaxrl/{ppo,"
     "ppo_continuous_action,wrappers}.py .bench/purejaxrl_src/")
-PEERS = Path(__file__).resolve().parent.parent / "benches" / "peers"
-XLA_ENV = {"XLA_FLAGS": "--xla_cpu_enable_concurrency_optimized_scheduler=false",
-           "JAX_PLATFORMS": "cpu"}
 
 
 # -------------------------------------------------------------------------------- statistics
@@ -112,8 +116,8 @@ def read_raw(directory: Path, task: str, trainer: str) -> dict[str, Any]:
 
 def hparams(config) -> dict[str, Any]:
     """The shared hyperparameters, in the peers' runners' vocabulary."""
-    p, n = config.ppo, config.network
-    return {"num_envs": config.num_envs, "num_steps": config.num_steps,
+    p, n = config.ppo, config.ppo.network
+    return {"num_envs": config.num_envs, "num_steps": config.ppo.num_steps,
             "update_epochs": p.update_epochs, "num_minibatches": p.num_minibatches,
             "learning_rate": p.learning_rate, "anneal_lr": p.anneal_lr,
             "max_grad_norm": p.max_grad_norm, "gamma": p.gamma, "gae_lambda": p.gae_lambda,
@@ -145,9 +149,10 @@ def run_trainer(trainer: str, config_path: str, config, seeds: list[int], args) 
                "--seeds", seed_arg, "--total-timesteps", str(config.total_timesteps),
                "--hparams", json.dumps(hparams(config)), "--src", str(PUREJAXRL_SRC)]
     else:
-        if not REJAX_PYTHON.exists():
-            raise RuntimeError(f"rejax venv missing ({REJAX_PYTHON}): {REJAX_SETUP}")
-        cmd = [str(REJAX_PYTHON), str(PEERS / "rejax_runner.py"), "--env", config.env,
+        python = rejax_python(args)
+        if not python.exists():
+            raise RuntimeError(f"rejax venv missing ({python}): {REJAX_SETUP}")
+        cmd = [str(python), str(PEERS / "rejax_runner.py"), "--env", config.env,
                "--seeds", seed_arg, "--total-timesteps", str(config.total_timesteps),
                "--hparams", json.dumps(hparams(config))]
     return _run_json(cmd, timeout=args.timeout)

@@ -20,11 +20,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from jaxrl_dist.bench import _fmt, launch_cmd, run_command, stats, train_cmd
-from jaxrl_dist.bench_learning import PEERS, XLA_ENV, hparams
-from jaxrl_dist.bench_rejax import REJAX_PYTHON, REJAX_SETUP
+from jaxrl_dist.bench.common import (CARTPOLE, PEERS, SOLVED_RETURN, XLA_ENV, _fmt, launch_cmd,
+                                     run_command, stats, train_cmd)
+from jaxrl_dist.bench.learning import hparams
+from jaxrl_dist.bench.rejax import REJAX_SETUP, rejax_python
 
-THRESHOLD = 475.0
+THRESHOLD = SOLVED_RETURN[CARTPOLE]
 
 
 def _ours_cmd(run: Path, args, seeds: list[int], steps: int) -> list[str]:
@@ -58,11 +59,12 @@ def _ours_sequential(args, seeds, steps) -> dict[str, Any]:
 
 
 def _rejax(args, seeds, steps) -> dict[str, Any]:
-    if not REJAX_PYTHON.exists():
-        raise SystemExit(f"rejax's venv is missing: {REJAX_SETUP}")
+    python = rejax_python(args)
+    if not python.exists():
+        raise SystemExit(f"rejax's venv is missing ({python}): {REJAX_SETUP}")
     from jaxrl_dist import config as config_lib
     config = config_lib.load(args.config)
-    cmd = [str(REJAX_PYTHON), str(PEERS / "rejax_runner.py"), "--env", config.env,
+    cmd = [str(python), str(PEERS / "rejax_runner.py"), "--env", config.env,
            "--seeds", ",".join(map(str, seeds)), "--total-timesteps", str(steps),
            "--hparams", json.dumps(hparams(config)), "--eval-points", "1"]
     out = run_command(cmd, summary=False, **XLA_ENV)
@@ -92,8 +94,8 @@ def bench_population(args) -> tuple[list[dict], str]:
               "sequential": f"jaxrl_dist, {len(seeds)} sequential runs (1 device)"}
     rows, md = [], [f"{len(seeds)} seeds x {steps:,} env steps of `{args.config}`; wall time from "
                     f"command start, {args.repeats} alternated repeats.\n",
-                    "| how | wall s, median (min–max) | peak RSS MB | seeds ≥ 475 at the end "
-                    "(each repeat) |", "|---|---|---|---|"]
+                    "| how | wall s, median (min–max) | peak RSS MB | "
+                    f"seeds ≥ {THRESHOLD:g} at the end (each repeat) |", "|---|---|---|---|"]
     for name in kinds:
         rs = results[name]
         row = {"label": labels[name], "wall_s": stats([r["wall_s"] for r in rs]),

@@ -1,0 +1,123 @@
+"""python -m jaxrl_dist.bench {throughput,scaling,solve,rejax,kernels,results,...} [options]
+
+Measures what docs/benchmarks.md reports, by running the real command lines as subprocesses:
+
+  throughput  steady env steps/s (compile excluded), compile time, wall time and peak memory
+              for 1 process x 1 device, 1 x N devices, and P x D through the launcher
+  scaling     weak (fixed envs per process) and strong (fixed global envs) scaling from 1 to 2
+              processes, each pinned to its own core; efficiency = SPS(P) / (P x SPS(1))
+  solve       time from command start to eval return >= target, through the launcher
+  rejax       rejax's PPO and ours alternately on the same task and hyperparameters; rejax
+              runs in its own virtual environment (.bench/rejax, created on first use)
+  kernels     XLA:CPU kernels per compiled program, ours and rejax's: a compile-cost measure
+              that does not drift with the VM (bench/kernels.py)
+  results     learning results of the shipped configs (return reached, steps, wall, SPS)
+  collectives latency of one cross-process all-reduce (gloo, 2 processes, pinned/unpinned)
+  learning    final returns of ours and rejax on N seeds each (bench/learning.py)
+  population  N seeds in one command vs rejax vmapped vs N sequential runs (bench/population.py)
+  periodic    what checkpoints and replica checks cost the loop at the defaults (bench/periodic.py)
+  accel       ours and rejax on a real GPU/TPU: throughput at thousands of envs and a population
+              of hundreds of seeds in one program (bench/accel.py)
+
+Every measurement is repeated (--repeats) and reported as min / median / max; results go to
+OUT/NAME.json and OUT/NAME.md. Nothing here is used by training.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+import time
+from pathlib import Path
+
+from jaxrl_dist.bench.common import CARTPOLE, SOLVED_RETURN, machine
+
+# subcommand -> (module of jaxrl_dist.bench, its function), imported only when it runs
+BENCHES = {
+    "throughput": ("throughput", "bench_throughput"),
+    "scaling": ("throughput", "bench_scaling"),
+    "solve": ("throughput", "bench_solve"),
+    "rejax": ("rejax", "bench_rejax"),
+    "results": ("results", "bench_results"),
+    "collectives": ("collectives", "bench_collectives"),
+    "learning": ("learning", "bench_learning"),
+    "population": ("population", "bench_population"),
+    "periodic": ("periodic", "bench_periodic"),
+    "brax": ("brax", "bench_brax"),
+    "kernels": ("kernels", "bench_kernels"),
+    "accel": ("accel", "bench_accel"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from jaxrl_dist.bench.learning import TASKS as LEARNING_TASKS
+    from jaxrl_dist.bench.results import RESULT_TARGETS
+
+    parser = argparse.ArgumentParser(prog="python -m jaxrl_dist.bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("what", choices=list(BENCHES))
+    parser.add_argument("--config", default=CARTPOLE)
+    parser.add_argument("--configs", nargs="+", default=list(RESULT_TARGETS))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--steps", type=int, default=500_000, help="env steps per run")
+    parser.add_argument("--envs-per-proc", type=int, nargs="+", default=[16, 64, 256],
+                        help="scaling: envs per process (one weak + strong pair each)")
+    parser.add_argument("--target", type=float, default=SOLVED_RETURN[CARTPOLE],
+                        help="solve: eval return")
+    parser.add_argument("--set", action="append", default=[], help="extra config override")
+    parser.add_argument("--out", type=Path, default=Path("docs/bench"))
+    parser.add_argument("--tasks", nargs="+", default=["cartpole"], choices=LEARNING_TASKS,
+                        help="learning: tasks")
+    parser.add_argument("--trainers", nargs="+", default=["jaxrl_dist", "rejax"],
+                        choices=["jaxrl_dist", "rejax", "purejaxrl"])
+    parser.add_argument("--num-seeds", type=int, default=16, help="learning: seeds per trainer")
+    parser.add_argument("--first-seed", type=int, default=0)
+    parser.add_argument("--timeout", type=float, default=3600, help="learning: per trainer")
+    parser.add_argument("--raw-from", type=Path, help="learning: tabulate the raw results in "
+                        "this directory (runs on disjoint seeds joined) instead of running")
+    parser.add_argument("--topology", default="1x2",
+                        help="population: PROCESSES x DEVICES for ours (e.g. 1x2, 2x1)")
+    parser.add_argument("--brax-unroll", type=int, default=32,
+                        help="brax: Brax's unroll_length (num_steps must be a multiple)")
+    parser.add_argument("--no-rejax", action="store_true", help="kernels: ours only")
+    parser.add_argument("--envs", type=int, nargs="*", default=[4, 256, 2048, 16384],
+                        help="accel: global env counts (none: skip the throughput part)")
+    parser.add_argument("--updates", type=int, default=50, help="accel: updates per run")
+    parser.add_argument("--rejax-python", type=Path, help="rejax, kernels, learning, "
+                        "population, accel: an interpreter that imports rejax 0.1.3 and gymnax "
+                        "0.0.9 (default: .bench/rejax's, which rejax and kernels create)")
+    parser.add_argument("--no-sequential", action="store_true",
+                        help="population: skip the N sequential single runs")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    module, name = BENCHES[args.what]
+    fn = getattr(importlib.import_module(f"jaxrl_dist.bench.{module}"), name)
+    rows, table = fn(args)
+    args.out.mkdir(parents=True, exist_ok=True)
+    record = {"what": args.what, "started": started, "machine": machine(),
+              "argv": sys.argv[1:] if argv is None else argv, "repeats": args.repeats,
+              "rows": rows}
+    (args.out / f"{args.what}.json").write_text(json.dumps(record, indent=2) + "\n")
+    m = record["machine"]
+    runs = (f"raw results of earlier runs in {args.raw_from}" if args.raw_from
+            else f"{args.num_seeds} seeds per trainer" if args.what in ("learning", "population")
+            else f"one run per seed ({len(args.seeds)} seeds) per trainer and device count"
+            if args.what == "brax" else f"{args.repeats} repeat(s)")
+    header = (f"{args.what}: {m['cpu']}, {m['cores']} cores, Python {m['python']}, jax "
+              f"{m['jax']}; {runs}; `python -m jaxrl_dist.bench "
+              f"{' '.join(record['argv'])}` ({started})\n\n")
+    (args.out / f"{args.what}.md").write_text(header + table + "\n")
+    print(header + table)
+    return 1 if any(row.get("failed") for row in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,163 @@
+"""An :class:`~jaxrl_dist.agents.base.Agent`'s pure functions composed into the programs a run
+calls, each ONE jitted ``shard_map`` over the layout's mesh, for any algorithm.
+
+The agent is written for ONE member on ONE device; a population runs the same bodies under
+``vmap`` over the members held by each device (the data-axis collectives then reduce each
+member separately). Seeds and swept hyperparameters are arguments, never constants, so one
+compiled program serves every seed of a sweep.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, NamedTuple
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import Mesh, PartitionSpec as P
+
+from jaxrl_dist import rollout
+from jaxrl_dist.agents.base import Agent, check_metrics
+from jaxrl_dist.envs import EnvSpec
+from jaxrl_dist.evaluate import make_eval_program
+from jaxrl_dist.sharding import Layout
+from jaxrl_dist.sizes import Sizes
+from jaxrl_dist.types import RunState, Trajectory
+
+
+def as_layout(layout: Layout | Mesh) -> Layout:
+    return layout if isinstance(layout, Layout) else Layout(layout)
+
+
+def spec_in(spec: EnvSpec, layout: Layout) -> EnvSpec:
+    """The environment as the programs of ``layout`` step it: with a population's members
+    vmapped on each device, the lazy reset's predicate is reduced over them (EnvSpec.batch_axis)."""
+    if not layout.members:
+        return spec
+    return dataclasses.replace(spec, batch_axis=layout.member_vmap_axis, check_vma=False)
+
+
+class Learner(NamedTuple):
+    """An algorithm's programs over the layout's mesh; all take and return global arrays."""
+
+    init: Callable[..., RunState]     # (seed key(s), swept hparams=None) -> RunState
+    update: Any                       # jit: (RunState, n updates) -> (RunState, metrics
+                                      #   {name: [n]}); donates the state; static n
+    learn: Any                        # jit: (train, data, Trajectory, key) -> (train, data,
+                                      #   metrics): one update from given transitions
+    collect: Any                      # jit: (train, actors, key) -> (actors, Trajectory)
+    evaluate: Any                     # jit: (train, seed key(s)) -> {"return_mean",
+                                      #   "return_std", "length_mean"}, reduced over the mesh
+    abstract_state: Callable[[], RunState]   # init()'s result as ShapeDtypeStructs
+    layout: Layout
+    init_program: Any                 # jit behind init, to .lower() with options of one's own
+    agent: Agent
+    specs: RunState                   # each slot's PartitionSpec
+
+
+class RunSettings(NamedTuple):
+    """What the programs take from the run config besides the agent's own section."""
+
+    eval_episodes: int
+    eval_deterministic: bool
+    swept: tuple[str, ...] = ()   # names of a population's swept hyperparameters
+
+    @classmethod
+    def of(cls, config: Any) -> RunSettings:
+        from jaxrl_dist import population
+        return cls(config.eval_episodes, config.eval_deterministic,
+                   tuple(population.hparam_name(k) for k in config.population.sweep))
+
+
+def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
+          settings: RunSettings) -> Learner:
+    spec = spec_in(spec, layout)
+    mesh, axis = layout.mesh, layout.data_axis
+    E, T = sizes.local_envs, agent.steps_per_env
+    specs = RunState(layout.train, layout.envs, layout.envs)
+
+    def params_of(seed_key):
+        return agent.init_params(jax.random.split(seed_key, 3)[0])
+
+    def init_local(seed_key, swept, params):
+        _, key_envs, key_train = jax.random.split(seed_key, 3)
+        env_ids = rollout.local_env_ids(E, axis)
+        actors = rollout.reset_actors(spec, agent, rollout.env_keys(key_envs, env_ids))
+        train, data = agent.init(key_train, params, swept, E)
+        return RunState(train, actors, data)
+
+    def collect_local(train, actors, key):
+        env_ids = rollout.local_env_ids(E, axis)
+        actors, steps = rollout.collect(spec, agent, agent.acting(train), actors, env_ids, key, T)
+        return actors, Trajectory(steps, actors.env.obs)
+
+    def learn_local(train, data, trajectory, key):
+        train, data, metrics = agent.learn(train, data, trajectory, key)
+        check_metrics(agent, metrics)
+        return train, data, metrics
+
+    def one_update(state: RunState, _):
+        key, key_act, key_learn = jax.random.split(state.train.key, 3)
+        actors, trajectory = collect_local(state.train, state.actors, key_act)
+        train, data, metrics = learn_local(state.train._replace(key=key), state.data,
+                                           trajectory, key_learn)
+        return RunState(train, actors, data), metrics
+
+    def update_local(state: RunState, num_updates: int):
+        return jax.lax.scan(one_update, state, None, length=num_updates)
+
+    if layout.members:   # the same bodies, vmapped over this device's members
+        def init_body(seed_keys, swept):
+            # Parameters member by member (lax.map, not vmap): the orthogonal initializer's
+            # batched LAPACK QR deadlocked 2-device CPU programs (jaxlib 0.10.2), and this way
+            # member k starts from exactly the single run's parameters.
+            return jax.vmap(init_local)(seed_keys, swept, jax.lax.map(params_of, seed_keys))
+        vmapped = dict(axis_name=layout.member_vmap_axis)
+        update_body = jax.vmap(update_local, in_axes=(0, None), **vmapped)
+        learn_body = jax.vmap(learn_local, **vmapped)
+        collect_body = jax.vmap(collect_local, **vmapped)
+    else:
+        def init_body(seed_key, swept):
+            return init_local(seed_key, swept, params_of(seed_key))
+        update_body, learn_body, collect_body = update_local, learn_local, collect_local
+
+    def smap(body, in_specs, out_specs):
+        return jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                             check_vma=spec.check_vma)
+
+    # out_shardings spelled out: XLA would hand zero-size outputs (MJX states have some)
+    # back replicated in a multi-process job, not in the shardings the update compiles for.
+    init_program = jax.jit(smap(init_body, (layout.train, layout.train), specs),
+                           out_shardings=RunState(*map(layout.sharding, specs)))
+
+    def init(seed_key: jax.Array, swept: dict[str, jax.Array] | None = None) -> RunState:
+        return init_program(seed_key, swept or {})
+
+    def update(state: RunState, num_updates: int):
+        body = smap(lambda s: update_body(s, num_updates), (specs,), (specs, layout.train))
+        return body(state)
+
+    update = jax.jit(update, static_argnums=1, donate_argnums=0)
+
+    # A trajectory is [T, E, ...]: time unsharded, environments on the data axis.
+    over_time = P(*layout.envs[:-1], None, layout.envs[-1])
+    trajectory_specs = Trajectory(over_time, layout.envs)
+    learn = jax.jit(smap(learn_body, (layout.train, layout.envs, trajectory_specs, layout.train),
+                         (layout.train, layout.envs, layout.train)))
+    collect = jax.jit(smap(collect_body, (layout.train, layout.envs, layout.train),
+                           (layout.envs, trajectory_specs)))
+
+    def abstract_state() -> RunState:
+        """What init() returns, as ShapeDtypeStructs with shardings: lets the update program
+        compile without (and concurrently with) running init."""
+        lead = (layout.members,) if layout.members else ()
+        key = jax.ShapeDtypeStruct((*lead, 2), jnp.uint32)
+        swept = {name: jax.ShapeDtypeStruct(lead, jnp.float32) for name in settings.swept}
+        shapes = jax.eval_shape(init, key, swept)
+        return RunState(*(jax.tree.map(lambda x, s=s: jax.ShapeDtypeStruct(
+            x.shape, x.dtype, sharding=layout.sharding(s)), slot) for s, slot in zip(specs, shapes)))
+
+    evaluate = make_eval_program(agent, spec, layout, settings.eval_episodes,
+                                 settings.eval_deterministic)
+    return Learner(init, update, learn, collect, evaluate, abstract_state, layout, init_program,
+                   agent, specs)

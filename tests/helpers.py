@@ -1,0 +1,139 @@
+"""What several test files share: the tiny configs, and running ``jaxrl_dist.train`` and the
+launcher as real subprocesses and reading what they leave. Test files import these from here,
+never from another test module or from conftest.
+
+jax-free at import: conftest imports this module (for TINY) and sets XLA_FLAGS/JAX_PLATFORMS
+before anything imports jax; what needs jax or a checkpoint imports it inside the function.
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+CFG = "configs/cartpole.yaml"
+
+# A tiny CartPole config shared by tests so they share compiled programs where they can.
+TINY = dict(env="CartPole-v1", seed=3, total_timesteps=8 * 16 * 6, num_envs=8, num_steps=16,
+            updates_per_call=3, ppo=dict(update_epochs=2, num_minibatches=2))
+
+# The command-line form for the launcher tests: 4 envs x 32 steps, 10 updates: small enough to
+# compile and run in seconds per process.
+TINY_ARGS = ["--set", "num_envs=4", "--set", "num_steps=32", "--set", "updates_per_call=5",
+             "--set", "total_timesteps=1280", "--set", "ppo.num_minibatches=2"]
+
+# 20 updates of 4 envs x 32 steps, a checkpoint every 5, evaluation every 10.
+SMALL = ["--set", "num_envs=4", "--set", "num_steps=32", "--set", "updates_per_call=5",
+         "--set", "total_timesteps=2560", "--set", "ppo.num_minibatches=2",
+         "--set", "checkpoint_every=5", "--set", "eval_every=10", "--set", "eval_episodes=4"]
+
+
+def _env(**extra):
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    env.update(extra)
+    return env
+
+
+def run_launcher(args, timeout=180, **env):
+    return subprocess.run([sys.executable, "-m", "jaxrl_dist.launch", *args], env=_env(**env),
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def summaries(log_dir: Path) -> dict[int, dict]:
+    """The summary line every rank prints at the end, read from each rank's log."""
+    out = {}
+    for log in sorted(log_dir.glob("rank*.log")):
+        for line in log.read_text(errors="replace").splitlines():
+            line = line.rsplit("\r", 1)[-1]
+            if line.startswith('{"rank"'):
+                row = json.loads(line)
+                out[row["rank"]] = row
+    return out
+
+
+def _workers_of(marker: str) -> dict[int, int]:
+    """rank -> pid of live trainer processes whose command line contains ``marker``."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+            environ = (proc / "environ").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if b"jaxrl_dist.train" in cmd and marker.encode() in b" ".join(cmd):
+            for item in environ:
+                if item.startswith(b"JAXRL_PROCESS_ID="):
+                    found[int(item.split(b"=")[1])] = int(proc.name)
+    return found
+
+
+def _wait_for(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def start_training(run: Path, args: list[str]) -> subprocess.Popen:
+    """A 2 x 2 launcher job, returned once its first metrics row is written (training runs)."""
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "jaxrl_dist.launch", "--nproc-per-node", "2",
+         "--cpu-devices-per-proc", "2", CFG, *args, "--run-dir", str(run)],
+        env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(lambda: (run / "metrics.jsonl").exists()
+                  and (run / "metrics.jsonl").read_text().count("\n") >= 1, 150, "training")
+    except BaseException:
+        launcher.kill()
+        raise
+    return launcher
+
+
+def train_cli(run_dir, *extra, devices=2, args=SMALL, timeout=240, **env):
+    proc = subprocess.run([sys.executable, "-m", "jaxrl_dist.train", CFG, *args,
+                           "--cpu-devices", str(devices), "--run-dir", str(run_dir),
+                           "--no-progress", *extra],
+                          env=_env(**env), capture_output=True, text=True, timeout=timeout)
+    summary = None
+    for line in proc.stdout.splitlines():
+        if line.startswith('{"rank"'):
+            summary = json.loads(line)
+    return proc, summary
+
+
+def params_of(run_dir):
+    from jaxrl_dist.checkpoint import read_checkpoint
+
+    state, meta = read_checkpoint(Path(run_dir) / "checkpoints")
+    return state["train"]["params"], meta
+
+
+def max_rel_diff(a, b):
+    import jax
+    return max(jax.tree.leaves(jax.tree.map(
+        lambda x, y: float(np.max(np.abs(x - y)) / (np.max(np.abs(y)) + 1e-12)), a, b)))
+
+
+def acting_agent(spec, dist_fn, keep_final_obs=True):
+    """An Agent that only acts, for rollout tests: ``dist_fn(obs, mask)`` -> a distribution
+    (jaxrl_dist.distributions); actions are drawn from it as a learner's ``act`` would."""
+    from jaxrl_dist.agents.base import Agent
+    from jaxrl_dist.distributions import action_noise
+
+    def act(acting, carry, obs, mask, noise):
+        dist = dist_fn(obs, mask)
+        action = dist.sample_from_noise(noise)
+        return action, carry, {"log_prob": dist.log_prob(action)}
+
+    return Agent(init_params=None, init=None, init_carry=tuple, acting=lambda train: None,
+                 noise=lambda key, t: action_noise(key, spec.continuous, (t, spec.action_dim)),
+                 act=act, env_action=lambda a: a, learn=None, policy=None, policy_params=None,
+                 metrics={}, steps_per_env=0, keep_final_obs=keep_final_obs)
