@@ -87,10 +87,11 @@ class Checkpointer:
             items["policy"] = ocp.args.StandardSave(self.policy_params(state.train))
         self._manager.save(int(meta["updates"]), args=ocp.args.Composite(**items), force=True)
 
-    def restore(self, like: RunState, step: int | None = None) -> tuple[RunState, dict]:
-        """Restore into the shapes and shardings of ``like`` (a state on the CURRENT mesh)."""
+    def restore(self, like: RunState) -> tuple[RunState, dict]:
+        """Restore the latest checkpoint into the shapes and shardings of ``like`` (a state on
+        the CURRENT mesh)."""
         ocp = _ocp()
-        step = self.latest_step() if step is None else step
+        step = self.latest_step()
         if step is None:
             raise CheckpointError(f"no checkpoint in {self.directory}")
         def abstract(tree):

@@ -36,11 +36,6 @@ DEFAULT_SHUTDOWN_TIMEOUT = 30
 _initialized_here = False
 
 
-def is_configured() -> bool:
-    """Whether this process was told (by env vars) to join a multi-process job."""
-    return WorkerEnv.from_env(os.environ).in_job
-
-
 def initialize() -> None:
     """Join the job described by the worker variables (:class:`protocol.WorkerEnv`); a no-op
     for a single process. Incomplete variables are a :class:`protocol.ContractError`.

@@ -154,8 +154,11 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         key = jax.ShapeDtypeStruct((*lead, 2), jnp.uint32)
         swept = {name: jax.ShapeDtypeStruct(lead, jnp.float32) for name in settings.swept}
         shapes = jax.eval_shape(init, key, swept)
-        return RunState(*(jax.tree.map(lambda x, s=s: jax.ShapeDtypeStruct(
-            x.shape, x.dtype, sharding=layout.sharding(s)), slot) for s, slot in zip(specs, shapes)))
+        def like(slot, spec):
+            return jax.tree.map(lambda x: jax.ShapeDtypeStruct(
+                x.shape, x.dtype, sharding=layout.sharding(spec)), slot)
+
+        return RunState(*map(like, shapes, specs))
 
     evaluate = make_eval_program(agent, spec, layout, settings.eval_episodes,
                                  settings.eval_deterministic)

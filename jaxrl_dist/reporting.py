@@ -91,11 +91,10 @@ class RunReporter(NullReporter):
     """config.yaml, metrics.jsonl, summary.json, TensorBoard events and one live progress line."""
 
     def __init__(self, run_dir: Path, total_steps: int, progress: bool = True,
-                 tensorboard: bool = True, member_runs: int = MEMBER_RUNS):
+                 member_runs: int = MEMBER_RUNS):
         self.run_dir = Path(run_dir)
         self.total_steps = total_steps
         self.progress = progress
-        self.tensorboard = tensorboard
         self.member_runs = member_runs
         self._bar = None
         self._initial_steps = 0
@@ -108,9 +107,8 @@ class RunReporter(NullReporter):
         (self.run_dir / "config.yaml").write_text(
             yaml.safe_dump(config_dict, sort_keys=False))
         self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
-        if self.tensorboard:
-            from tensorboardX import SummaryWriter
-            self._tb = SummaryWriter(str(self.run_dir / "tb"), flush_secs=10)
+        from tensorboardX import SummaryWriter
+        self._tb = SummaryWriter(str(self.run_dir / "tb"), flush_secs=10)
         self._initial_steps = env_steps
 
     def _progress_bar(self):

@@ -45,6 +45,7 @@ def build(run: Run, stats: list[tuple[float, str]]) -> dict[str, Any]:
         "eval_episodes": c.eval_episodes, "solved_return": c.solved_return,
         "solved_at_env_steps": run.solved_at * sizes.batch_size if run.solved_at else None,
         "periodic": run.hooks, "compile_cache": run.cache,
+        "algo": c.algo, "checkpointed": list(run.checkpointer.saved),
         "num_devices": layout.mesh.size, "num_processes": distributed.process_count(),
         "jax_version": jax.__version__, "jaxrl_dist_version": jaxrl_dist.__version__,
         "run_dir": str(run.run_dir),

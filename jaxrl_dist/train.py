@@ -1,7 +1,7 @@
 """python -m jaxrl_dist.train CONFIG [--set KEY=VALUE ...] [--run-dir DIR] [--cpu-devices N]
 
-Train PPO on every device this process (and, when launched by ``jaxrl_dist.launch``, every
-process of the job) can see. Bad input ends with one line on stderr and exit code 2.
+Train the config's algorithm (``algo:``, PPO by default) on every device this process (and,
+when launched by ``jaxrl_dist.launch``, every process of the job) can see. Bad input ends with one line on stderr and exit code 2.
 
 This module imports jax only after parsing the command line: ``--cpu-devices`` works by setting
 XLA_FLAGS, which jax reads once when it starts.
@@ -29,7 +29,7 @@ class OneLineParser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     parser = OneLineParser(prog="python -m jaxrl_dist.train",
-                           description="Data-parallel PPO on one global JAX mesh.")
+                           description="Data-parallel RL (PPO by default) on one global JAX mesh.")
     parser.add_argument("config", nargs="?", help="YAML config, e.g. configs/cartpole.yaml")
     parser.add_argument("--set", dest="overrides", action="extend", nargs="+", default=[],
                         metavar="KEY=VALUE", help="override config keys (dotted for nesting), "

@@ -26,6 +26,8 @@ BAD = [  # (argv, words the one-line message must contain)
     ([CFG, "--set", "network.actor_hidden=[64, x]"], ["network.actor_hidden"]),
     ([CFG, "--set", "env=Nope-v0"], ["Nope-v0", "CartPole-v1"]),
     ([CFG, "--set", "ppo=3"], ["ppo", "mapping"]),
+    ([CFG, "--set", "algo=dqn"], ["algo 'dqn'", "known algorithm", "ppo"]),
+    ([CFG, "--set", "algo=[1]"], ["algo", "string"]),
     ([CFG, "--set", "num_envs"], ["KEY=VALUE"]),
     (["missing.yaml"], ["not found", "missing.yaml"]),
     ([], ["CONFIG"]),
@@ -55,6 +57,38 @@ def test_empty_config_file_is_an_error_not_cartpole(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and "names no environment" in err and "env:" in err
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("text,words", [
+    ("env: CartPole-v1\nnum_steps: 64\nppo: {num_steps: 32}\n", ["num_steps", "both"]),
+    ("algo: reinforce\nenv: CartPole-v1\nppo: {gamma: 0.9}\n", ["'ppo:'", "algo reinforce"]),
+    ("algo: reinforce\nenv: CartPole-v1\nnum_steps: 8\n", ["num_steps", "ppo: section"]),
+])
+def test_misplaced_algorithm_keys_are_one_line(text, words, tmp_path, capsys):
+    import toy_learner  # noqa: F401 (registers algo "reinforce")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(text)
+    assert train_cli.main([str(cfg), "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and all(w in err for w in words), err
+
+
+def test_old_top_level_ppo_keys_still_load():
+    """Configs written before ``algo:`` (num_steps and network at the top level) read as the
+    new layout, from a file and from --set."""
+    from jaxrl_dist import config as config_lib
+    old = config_lib.from_dict({"env": "CartPole-v1", "num_steps": 64,
+                                "network": {"actor_hidden": [32]}})
+    assert old.algo == "ppo" and old.ppo.num_steps == 64
+    assert old.ppo.network.actor_hidden == (32,)
+    assert config_lib.load(CFG, ["num_steps=32"]).ppo.num_steps == 32
+    assert config_lib.to_dict(old)["ppo"]["network"]["actor_hidden"] == [32]
+
+
+def test_help_config_lists_each_algorithms_section(capsys):
+    assert train_cli.main(["--help-config"]) == 0
+    keys = [line.split()[0] for line in capsys.readouterr().out.splitlines()]
+    assert {"algo", "ppo.num_steps", "ppo.network.actor_hidden", "ppo.gamma"} <= set(keys)
 
 
 def test_one_set_takes_several_overrides():

@@ -37,7 +37,8 @@ def test_checkpoints_hold_the_whole_run_state(reference):
     assert meta["updates"] == 20 and meta["config"]["num_envs"] == 4
     assert set(state["train"]) == {"params", "opt_state", "obs_moments", "value_moments", "key",
                                   "update", "hparams"}  # hparams: swept values, {} without a sweep
-    assert state["envs"]["obs"].shape == (4, 4)  # every environment's last observation
+    assert state["actors"]["env"]["obs"].shape == (4, 4)  # every environment's last obs
+    assert meta["policy"]["algo"] == "ppo" and meta["policy"]["env"]["obs_shape"] == [4]
     assert int(state["train"]["update"]) == 20
 
 
@@ -261,16 +262,17 @@ def test_zero_size_arrays_are_checkpointed_and_restored(tmp_path):
     at its first checkpoint): they are left out of the files and come back from the target."""
     import jax.numpy as jnp
     from jaxrl_dist.checkpoint import Checkpointer
-    state = {"a": jnp.arange(3.0), "act": jnp.zeros((4, 0)), "n": {"c": jnp.zeros((0,), int)}}
+    from jaxrl_dist.types import RunState
+    state = RunState(train={"a": jnp.arange(3.0), "act": jnp.zeros((4, 0))},
+                     actors={"n": {"c": jnp.zeros((0,), int)}, "b": jnp.ones(2)}, data=())
     ckpt = Checkpointer(tmp_path / "ckpt")
     ckpt.save(state, {"updates": 7})
-    restored, meta = ckpt.restore({k: jnp.zeros_like(v) if k == "a" else v
-                                   for k, v in state.items()})
+    restored, meta = ckpt.restore(state._replace(train={**state.train, "a": jnp.zeros(3)}))
     ckpt.close()
-    assert meta["updates"] == 7 and np.array_equal(restored["a"], [0.0, 1.0, 2.0])
-    assert restored["act"].shape == (4, 0) and restored["n"]["c"].shape == (0,)
+    assert meta["updates"] == 7 and np.array_equal(restored.train["a"], [0.0, 1.0, 2.0])
+    assert restored.train["act"].shape == (4, 0) and restored.actors["n"]["c"].shape == (0,)
     saved, _ = read_checkpoint(tmp_path / "ckpt")
-    assert np.array_equal(saved["a"], [0.0, 1.0, 2.0])
+    assert np.array_equal(saved["train"]["a"], [0.0, 1.0, 2.0])
 
 
 def test_a_checkpoint_older_than_a_config_key_resumes(reference, tmp_path):

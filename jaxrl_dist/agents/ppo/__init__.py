@@ -1,3 +1,3 @@
-"""PPO: config section (config.py, jax-free), networks, losses, optimizer, the per-member update
-(update.py, the only home of its collectives) and the programs behind the Learner interface
-(learner.py)."""
+"""PPO: its config section and registry record (config.py, jax-free), networks, losses,
+optimizer, ``learn`` (update.py, the only home of its collectives) and the Agent that
+:mod:`jaxrl_dist.programs` composes (learner.py)."""
