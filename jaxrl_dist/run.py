@@ -46,6 +46,7 @@ class Run:
     hooks: str = ""   # the periodic work as it ran, e.g. "checkpoint every 812 updates"
     cache: dict[str, Any] = field(default_factory=dict)   # compile cache dir, hits, misses
     policy_record: dict[str, Any] = field(default_factory=dict)   # see jaxrl_dist.policy
+    compile_programs: dict[str, float] = field(default_factory=dict)   # s, trace+lower+compile
 
     def meta(self) -> dict[str, Any]:
         return {"updates": self.updates_done,

@@ -40,6 +40,7 @@ def build(run: Run, stats: list[tuple[float, str]]) -> dict[str, Any]:
         "env": run.env_name, "status": run.status,
         "env_steps": run.updates_done * sizes.batch_size, "updates": run.updates_done,
         "wall_time_s": time.perf_counter() - run.start, "compile_time_s": run.compile_time,
+        "compile_programs_s": run.compile_programs,
         "sps": steps_this_session * count / max(run.loop_time, 1e-9),
         **member_row(0),
         "eval_episodes": c.eval_episodes, "solved_return": c.solved_return,

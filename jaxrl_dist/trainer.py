@@ -111,12 +111,20 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
         with compile_cache.unrolled_threefry():
             return learner.update.lower(abstract, n)
 
-    lowered = {n: lower_update(n) for n in sorted(call_sizes)}
-    lowered_eval = learner.evaluate.lower(abstract.train, seed_keys)
+    seconds: dict[str, float] = {}   # per program: trace + lower, then XLA compile
+
+    def timed(name: str, fn, *args):
+        begin = time.perf_counter()
+        out = fn(*args)
+        seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - begin
+        return out
+
+    lowered = {n: timed("update", lower_update, n) for n in sorted(call_sizes)}
+    lowered_eval = timed("evaluate", learner.evaluate.lower, abstract.train, seed_keys)
     pool = ThreadPoolExecutor(max_workers=1)
     try:
-        pending = {n: pool.submit(low.compile) for n, low in lowered.items()}
-        pending_eval = pool.submit(lowered_eval.compile, once)
+        pending = {n: pool.submit(timed, "update", low.compile) for n, low in lowered.items()}
+        pending_eval = pool.submit(timed, "evaluate", lowered_eval.compile, once)
         state = learner.init_program.lower(seed_keys, swept).compile(once)(seed_keys, swept)
         updates_done = 0
         if resume:
@@ -143,7 +151,8 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
               checkpointer, reporter, state, updates_done, updates_done,
               time.perf_counter() - compile_start, start,
               policy_record=policy_lib.record(config.algo, config_lib.to_dict(config)[config.algo],
-                                              spec))
+                                              spec),
+              compile_programs={k: round(v, 3) for k, v in seconds.items()})
     if not resume:
         checkpointer.save(state, run.meta())  # a restart always has a checkpoint to resume from
     reporter.start(config_lib.to_dict(config), env_steps=updates_done * sizes.batch_size)

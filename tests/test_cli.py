@@ -61,7 +61,7 @@ def test_empty_config_file_is_an_error_not_cartpole(tmp_path, capsys):
 
 @pytest.mark.parametrize("text,words", [
     ("env: CartPole-v1\nnum_steps: 64\nppo: {num_steps: 32}\n", ["num_steps", "both"]),
-    ("algo: reinforce\nenv: CartPole-v1\nppo: {gamma: 0.9}\n", ["'ppo:'", "algo reinforce"]),
+    ("algo: reinforce\nenv: CartPole-v1\nppo: {gamma: 0.9}\n", ["'ppo:'", "algo is 'reinforce'"]),
     ("algo: reinforce\nenv: CartPole-v1\nnum_steps: 8\n", ["num_steps", "ppo: section"]),
 ])
 def test_misplaced_algorithm_keys_are_one_line(text, words, tmp_path, capsys):

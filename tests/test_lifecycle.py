@@ -286,7 +286,7 @@ def test_a_checkpoint_older_than_a_config_key_resumes(reference, tmp_path):
     (meta_file,) = [f for f in (run / "checkpoints" / "15").rglob("*")
                     if f.is_file() and b'"grad_clip"' in f.read_bytes()]
     meta = json.loads(meta_file.read_text())
-    del meta["config"]["ppo"]["grad_clip"], meta["config"]["network"]["init"]
+    del meta["config"]["ppo"]["grad_clip"], meta["config"]["ppo"]["network"]["init"]
     meta_file.write_text(json.dumps(meta))
     proc, resumed = train_cli(run, "--resume")
     assert proc.returncode == 0, proc.stderr[-3000:]
