@@ -58,17 +58,24 @@ def test_toy_learner_resumes_exactly(toy_run, tmp_path):
     assert again["param_fingerprint"] == summary["param_fingerprint"]
 
 
-def test_toy_population_member_is_its_single_run(tmp_path):
+@pytest.fixture(scope="module")
+def toy_population(tmp_path_factory):
+    """2 seeds x 2 learning rates of the toy learner as one program on 1 device."""
     config = _toy(population=dict(seeds=[5, 6],
                                   sweep={"reinforce.learning_rate": [0.01, 0.05]}))
-    summary = train(config, tmp_path / "pop", devices=jax.devices()[:1], progress=False)
+    run_dir = tmp_path_factory.mktemp("toy_pop") / "pop"
+    return config, run_dir, train(config, run_dir, devices=jax.devices()[:1], progress=False)
+
+
+def test_toy_population_member_is_its_single_run(toy_population, tmp_path):
+    config, run_dir, summary = toy_population
     assert summary["population"]["size"] == 4
     k = 3   # seed 6, learning rate 0.05 (seed varies fastest)
-    single = train(population.member_config(config, k), tmp_path / "single",
-                   devices=jax.devices()[:1], progress=False)
+    train(population.member_config(config, k), tmp_path / "single", devices=jax.devices()[:1],
+          progress=False)
     member = summary["members"][k]
     assert (member["seed"], member["reinforce.learning_rate"]) == (6, 0.05)
-    pop_params, _ = read_checkpoint(tmp_path / "pop" / "checkpoints")
+    pop_params, _ = read_checkpoint(run_dir / "checkpoints")
     one, _ = read_checkpoint(tmp_path / "single" / "checkpoints")
     pop_k = jax.tree.map(lambda x: x[k], pop_params["train"]["params"])
     assert max_rel_diff(pop_k, one["train"]["params"]) <= 1e-6
@@ -141,18 +148,17 @@ def test_run_dir_alone_rebuilds_the_policy(env_name, tmp_path):
         assert np.all(np.abs(loaded(obs * 100)) <= 2.0)
 
 
-def test_population_run_dir_needs_a_member(toy_run, tmp_path):
+def test_population_run_dir_needs_a_member(toy_run, toy_population):
     from jaxrl_dist import policy as policy_lib
     from jaxrl_dist.checkpoint import CheckpointError
 
     run_dir, _ = toy_run
     toy_policy = policy_lib.load(run_dir)            # the toy learner's policy, too
     assert toy_policy.algo == "reinforce" and toy_policy(np.zeros((2, 4))).shape == (2,)
-    config = _toy(total_timesteps=4 * 16 * 4, population=dict(seeds=[1, 2]))
-    train(config, tmp_path / "pop", devices=jax.devices()[:1], progress=False)
-    with pytest.raises(CheckpointError, match="member=0..1"):
-        policy_lib.load(tmp_path / "pop")
-    assert policy_lib.load(tmp_path / "pop", member=1)(np.zeros((3, 4))).shape == (3,)
+    _, pop_dir, _ = toy_population
+    with pytest.raises(CheckpointError, match="member=0..3"):
+        policy_lib.load(pop_dir)
+    assert policy_lib.load(pop_dir, member=1)(np.zeros((3, 4))).shape == (3,)
 
 
 def test_checkpoint_from_before_the_learner_shape_resumes_exactly(tmp_path):
