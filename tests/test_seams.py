@@ -122,6 +122,28 @@ def test_learn_without_collecting_is_the_fused_update():
 
 
 @pytest.mark.parametrize("env_name", ["CartPole-v1", "Pendulum-v1"])
+def test_act_jits_alone_on_one_device_and_agrees_with_policy(env_name):
+    """What a host actor does: ``act`` jitted on one local device, outside any mesh. With zero
+    noise it takes the policy's deterministic action (before the environment's clip)."""
+    config = config_lib.from_dict({**TINY, "env": env_name})
+    spec = make_env(env_name)
+    learner = make_learner(config, sizes_lib.derive_sizes(config, 1), spec,
+                           sharding.make_layout(jax.devices()[:1]))
+    agent = learner.agent
+    train_state = jax.device_get(learner.init(jax.random.PRNGKey(0)).train)
+    obs = np.random.default_rng(1).normal(size=(5, *spec.obs_shape)).astype(np.float32)
+    noise = np.zeros((5, spec.action_dim), np.float32)
+    here = jax.local_devices()[1]
+    action, carry, extras = jax.jit(agent.act)(
+        *jax.device_put((agent.acting(train_state), (), obs, None, noise), here))
+    assert action.devices() == {here}
+    assert carry == () and extras["log_prob"].shape == (5,)
+    expected = agent.policy(agent.policy_params(train_state), obs, None)
+    np.testing.assert_allclose(np.asarray(agent.env_action(action)), np.asarray(expected),
+                               rtol=1e-6)
+
+
+@pytest.mark.parametrize("env_name", ["CartPole-v1", "Pendulum-v1"])
 def test_run_dir_alone_rebuilds_the_policy(env_name, tmp_path):
     """A checkpoint's policy item + record give the learner's own policy, bit for bit, with no
     environment and no config (continuous actions clipped to the bounds)."""
