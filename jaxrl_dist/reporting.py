@@ -53,8 +53,14 @@ def member_rows(head: dict[str, Any], metrics: dict[str, np.ndarray], members: i
 
 
 def _clean(value: Any) -> Any:
+    """Strict JSON: NaN and infinities (which JSON has no words for) become null, at any depth
+    (a population's per-member rows and aggregates included)."""
     if isinstance(value, float) and not math.isfinite(value):
-        return None  # JSON has no NaN/inf
+        return None
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
     return value
 
 
@@ -135,7 +141,7 @@ class RunReporter(NullReporter):
     def log(self, row: dict[str, Any]) -> None:
         """One metrics row (a population logs one row per member, with a ``member`` key)."""
         row = {k: _clean(v) for k, v in row.items()}
-        self._metrics.write(json.dumps(row) + "\n")
+        self._metrics.write(json.dumps(row, allow_nan=False) + "\n")
         member = row.get("member")
         if self._tb is not None and (member is None or member < self.member_runs):
             self._scalars(self._writer(member), row)
@@ -190,7 +196,7 @@ class RunReporter(NullReporter):
             self._metrics.close()
         summary = {k: _clean(v) for k, v in summary.items()}
         tmp = self.run_dir / "summary.json.tmp"
-        tmp.write_text(json.dumps(summary, indent=2) + "\n")
+        tmp.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
         tmp.replace(self.run_dir / "summary.json")
 
 

@@ -52,8 +52,12 @@ def main(argv: list[str] | None = None) -> int:
         args.config = args.overrides.pop()
     if args.help_config:
         from jaxrl_dist.config import describe
-        for key, default, text in describe():
-            print(f"{key:<32} {default:<14} {text}")
+        try:
+            for key, default, text in describe():
+                print(f"{key:<32} {default:<14} {text}")
+            sys.stdout.flush()
+        except BrokenPipeError:   # `--help-config | head`: the reader has what it wanted
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     if args.config is None:
         build_parser().error("missing CONFIG (a YAML file such as configs/cartpole.yaml)")

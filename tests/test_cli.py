@@ -85,6 +85,12 @@ def test_old_top_level_ppo_keys_still_load():
     assert config_lib.to_dict(old)["ppo"]["network"]["actor_hidden"] == [32]
 
 
+def test_help_config_into_a_closed_pipe_is_quiet():
+    proc = subprocess.run(f"{sys.executable} -m jaxrl_dist.train --help-config | head -n 1",
+                          shell=True, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0 and proc.stdout.startswith("algo") and proc.stderr == ""
+
+
 def test_help_config_lists_each_algorithms_section(capsys):
     assert train_cli.main(["--help-config"]) == 0
     keys = [line.split()[0] for line in capsys.readouterr().out.splitlines()]

@@ -78,3 +78,22 @@ def test_a_population_logs_every_member_but_tensorboard_runs_only_the_first(tmp_
     assert {"train/loss/mean", "train/loss/min", "train/loss/max"} <= main
     assert "train/episode_return/mean" in main                  # members without episodes skipped
     assert {"train/sps", "train/updates"} <= main and "train/sps/mean" not in main  # shared: once
+
+
+def test_run_files_are_strict_json(tmp_path):
+    """NaN/inf anywhere (a diverged member's row, a population aggregate) is written as null:
+    strict parsers reject JSON's missing NaN literal."""
+    def strict(text):
+        return json.loads(text, parse_constant=lambda c: pytest.fail(f"non-strict JSON: {c}"))
+
+    reporter = reporting.RunReporter(tmp_path, 100, progress=False)
+    reporter.start({})
+    reporter.log({"env_steps": 1, "loss": float("nan"), "eval/return_mean": [1.0, float("inf")]})
+    reporter.finish({"param_norm": float("nan"),
+                     "members": [{"param_norm": float("-inf"), "eval_return": 3.0}],
+                     "population": {"eval_return": {"mean_ci": (float("nan"), 1.0)}}})
+    row = strict((tmp_path / "metrics.jsonl").read_text().splitlines()[0])
+    assert row["loss"] is None and row["eval/return_mean"] == [1.0, None]
+    summary = strict((tmp_path / "summary.json").read_text())
+    assert summary["param_norm"] is None and summary["members"][0]["param_norm"] is None
+    assert summary["population"]["eval_return"]["mean_ci"] == [None, 1.0]
