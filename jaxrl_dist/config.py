@@ -27,8 +27,8 @@ class PopulationConfig:
                                   "with `seed`", default=())
     sweep: dict[str, tuple[float, ...]] = _doc(
         "dotted key -> values; members = seeds x every combination. Sweepable: the "
-        "algorithm's scalar hyperparameters (ppo: learning_rate, ent_coef, clip_eps, gamma, "
-        "gae_lambda, vf_coef, max_grad_norm)", default_factory=dict)
+        "algorithm's scalar hyperparameters (a key that is not one is an error that lists "
+        "them)", default_factory=dict)
     member_devices: int | None = _doc("devices along the member axis (the rest split each "
                                       "member's envs); null = as many as divide the members",
                                       default=None)

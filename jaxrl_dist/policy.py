@@ -13,7 +13,6 @@ serialises (``policy.fn`` is pure: ``fn(policy.params, obs, mask)``).
 
 from __future__ import annotations
 
-import importlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -49,12 +48,11 @@ def make_policy_fn(policy_record: dict[str, Any]) -> tuple[Callable[..., jax.Arr
     algorithm = agents.get(policy_record["algo"])
     section = typed.build(algorithm.section, policy_record["section"], f"{algorithm.name}.")
     spec = EnvSpec.from_description(policy_record["env"])
-    module, _, function = algorithm.make.partition(":")
     layout = sharding.make_layout(jax.local_devices()[:1])
     steps = algorithm.steps_per_env(section)   # sizes only shape the learning programs
     sizes = Sizes(num_devices=1, local_envs=1, steps_per_env=steps, batch_size=steps,
                   num_updates=1, updates_per_call=1)
-    agent = getattr(importlib.import_module(module), function)(section, sizes, spec, layout)
+    agent = algorithm.agent_factory()(section, sizes, spec, layout)
     return jax.jit(agent.policy), spec
 
 

@@ -17,7 +17,7 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec as P
 
 from jaxrl_dist import rollout
-from jaxrl_dist.agents.base import Agent, check_metrics
+from jaxrl_dist.agents.base import Agent, check_aggregations, check_metrics
 from jaxrl_dist.envs import EnvSpec
 from jaxrl_dist.evaluate import make_eval_program
 from jaxrl_dist.sharding import Layout
@@ -71,7 +71,8 @@ class RunSettings(NamedTuple):
 
 def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
           settings: RunSettings) -> Learner:
-    spec = spec_in(spec, layout)
+    """``spec`` as :func:`spec_in` makes it for ``layout`` (what the agent was made with)."""
+    check_aggregations(agent)
     mesh, axis = layout.mesh, layout.data_axis
     E, T = sizes.local_envs, agent.steps_per_env
     specs = RunState(layout.train, layout.envs, layout.envs)
@@ -83,7 +84,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         _, key_envs, key_train = jax.random.split(seed_key, 3)
         env_ids = rollout.local_env_ids(E, axis)
         actors = rollout.reset_actors(spec, agent, rollout.env_keys(key_envs, env_ids))
-        train, data = agent.init(key_train, params, swept, E)
+        train, data = agent.init(key_train, params, swept)
         return RunState(train, actors, data)
 
     def collect_local(train, actors, key):

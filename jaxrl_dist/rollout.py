@@ -63,11 +63,15 @@ def local_env_ids(num_local: int, axis_name: str) -> jax.Array:
     return jax.lax.axis_index(axis_name) * num_local + jnp.arange(num_local)
 
 
+def initial_carries(agent: Agent, batch: jax.Array) -> Any:
+    """The policy's initial carry for each of ``batch``'s leading entries (one per env)."""
+    return jax.vmap(lambda _: agent.init_carry())(batch)
+
+
 def reset_actors(spec: EnvSpec, agent: Agent, keys: jax.Array) -> ActorState:
     """Fresh environments [E] (one key each) and the policy's initial carry."""
     slots = jax.vmap(lambda k: envs_lib.reset(spec, k))(keys)
-    carry = jax.vmap(lambda _: agent.init_carry())(keys)
-    return ActorState(slots, carry)
+    return ActorState(slots, initial_carries(agent, keys))
 
 
 def collect(spec: EnvSpec, agent: Agent, acting: Any, actors: ActorState, env_ids: jax.Array,
@@ -89,7 +93,7 @@ def collect(spec: EnvSpec, agent: Agent, acting: Any, actors: ActorState, env_id
                          jax.vmap(lambda k: agent.noise(k, num_steps))(k_noise))   # [T, E, ...]
     key_env = jax.vmap(lambda k: jax.random.split(k, (num_steps, 2)))(
         k_env).swapaxes(0, 1)                                                # [T, E, 2, key]
-    initial_carry = jax.vmap(lambda _: agent.init_carry())(env_ids)
+    initial_carry = initial_carries(agent, env_ids)
 
     def env_step(actors: ActorState, xs):
         noise_t, key_env_t = xs

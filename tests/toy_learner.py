@@ -53,7 +53,7 @@ def make_agent(c: ReinforceConfig, sizes, spec, layout) -> Agent:
         return {"w": 0.01 * jax.random.normal(key, (obs_size, num_actions)),
                 "b": jnp.zeros(num_actions)}
 
-    def init(key, params, swept, num_local):
+    def init(key, params, swept):
         return TrainState(params, optax.adam(c.learning_rate).init(params), key,
                           jnp.int32(0), swept), ()
 

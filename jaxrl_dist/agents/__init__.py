@@ -46,6 +46,11 @@ class Algorithm(NamedTuple):
                                             #   layout) -> Agent, imported when a run starts
     doc: str = ""
 
+    def agent_factory(self) -> Callable[..., Any]:
+        """The ``make`` function, imported now (it imports jax)."""
+        module, _, function = self.make.partition(":")
+        return getattr(importlib.import_module(module), function)
+
 
 _REGISTRY: dict[str, Algorithm] = {}
 _loaded = [False]
@@ -88,9 +93,7 @@ def make_learner(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout) ->
     own code receives its section and the derived sizes, never the whole run config."""
     from jaxrl_dist import programs
 
-    algorithm = get(config.algo)
-    module, _, function = algorithm.make.partition(":")
-    make_agent = getattr(importlib.import_module(module), function)
     layout = programs.as_layout(layout)
-    agent = make_agent(config.agent, sizes, programs.spec_in(spec, layout), layout)
+    spec = programs.spec_in(spec, layout)
+    agent = get(config.algo).agent_factory()(config.agent, sizes, spec, layout)
     return programs.build(agent, sizes, spec, layout, programs.RunSettings.of(config))

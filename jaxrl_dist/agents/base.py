@@ -32,7 +32,7 @@ class Agent(NamedTuple):
     init_params: Callable[[jax.Array], Any]
     #   key -> parameters (the first of a seed's three streams: params, environments, training)
     init: Callable[..., tuple[Any, Any]]
-    #   (key, params, swept hparams {name: f32[]}, num local envs) -> (train, data)
+    #   (key, params, swept hparams {name: f32[]}) -> (train, data)
     init_carry: Callable[[], Any]
     #   () -> ONE environment's recurrent carry; () for a feed-forward policy
     # -- acting (per step, a batch of environments)
@@ -64,13 +64,17 @@ class Agent(NamedTuple):
     checkpointed: RunState = RunState(True, True, True)   # slots saved (False: rebuilt)
 
 
+def check_aggregations(agent: Agent) -> None:
+    """Raise if the agent declares a metric aggregation the reporting does not know."""
+    bad = {k: v for k, v in agent.metrics.items() if v not in AGGREGATIONS}
+    if bad:
+        raise ValueError(f"unknown metric aggregations {bad}; use one of {AGGREGATIONS}")
+
+
 def check_metrics(agent: Agent, metrics: dict[str, Any]) -> None:
     """Raise if ``learn``'s metrics differ from what the agent declares (called at trace)."""
     declared, got = set(agent.metrics), set(metrics)
     if declared != got:
         raise ValueError(f"learner metrics differ from its declaration: missing "
                          f"{sorted(declared - got)}, undeclared {sorted(got - declared)}")
-    bad = {k: v for k, v in agent.metrics.items() if v not in AGGREGATIONS}
-    if bad:
-        raise ValueError(f"unknown metric aggregations {bad}; use one of {AGGREGATIONS}")
 

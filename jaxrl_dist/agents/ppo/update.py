@@ -120,11 +120,11 @@ def normalize_obs(p: PPOConfig, moments: Moments, obs: jax.Array) -> jax.Array:
 
 
 def make_init_fn(p: PPOConfig, sizes: Sizes, spec: EnvSpec) -> Callable:
-    """(key, params, swept hparams, local envs) -> (TrainState, data) of one member."""
+    """(key, params, swept hparams) -> (TrainState, data) of one member; PPO keeps no data
+    between updates."""
     optimizer, _ = make_optimizer(p, sizes)   # its state's structure
 
-    def init(key: jax.Array, params: Any, swept: dict[str, jax.Array], num_local: int):
-        del num_local   # PPO keeps no per-environment data between updates
+    def init(key: jax.Array, params: Any, swept: dict[str, jax.Array]):
         train = TrainState(params, optimizer.init(params),
                            running_stats.init_moments(spec.obs_shape),
                            running_stats.init_moments(()), key, jnp.int32(0), swept)
