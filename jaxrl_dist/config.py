@@ -254,6 +254,8 @@ def check(config: Config) -> None:
              f"total_timesteps ({c.total_timesteps}) must be at least one update: num_envs x "
              f"{c.algo}'s steps per environment = {c.num_envs} x {steps} = {c.num_envs * steps}")
     algorithm.check(c.agent)
+    if algorithm.check_run is not None:
+        algorithm.check_run(c.agent, c)
     _require(c.episode_length is None or c.episode_length >= 1,
              f"episode_length must be >= 1 or null, got {c.episode_length}")
     _check_population(config)

@@ -76,6 +76,7 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
     sizes = sizes_lib.derive_sizes(config, layout.data_size)
     spec = make_env_from_config(config, env, env_params)
     integrity.check_processes_agree(config)
+    learner = make_learner(config, sizes, spec, layout)   # before the run dir: bad input first
     if resume and run_dir is None:
         raise RunError("--resume needs the --run-dir of the run to continue")
     run_dir = Path(run_dir) if run_dir is not None else rundir.default_run_dir(config)
@@ -87,7 +88,6 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
         rundir.prepare_run_dir(run_dir)
     distributed.barrier("run_dir_checked")
 
-    learner = make_learner(config, sizes, spec, layout)
     checkpointer = Checkpointer(ckpt_dir, keep=config.keep_checkpoints,  # imports orbax
                                 saved=learner.agent.checkpointed,
                                 policy_params=learner.agent.policy_params)

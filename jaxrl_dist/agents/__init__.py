@@ -45,6 +45,8 @@ class Algorithm(NamedTuple):
     make: str                               # "module:function": (section, sizes, spec,
                                             #   layout) -> Agent, imported when a run starts
     doc: str = ""
+    check_run: Callable[[Any, Any], None] | None = None   # (section, whole Config): checks
+                                                           #   that need the run's sizes
 
     def agent_factory(self) -> Callable[..., Any]:
         """The ``make`` function, imported now (it imports jax)."""
@@ -76,6 +78,8 @@ def algorithms() -> dict[str, Algorithm]:
     if not _loaded[0]:
         _loaded[0] = True
         from jaxrl_dist.agents.ppo import config as _ppo  # noqa: F401 (registers "ppo")
+        from jaxrl_dist.agents.dqn import config as _dqn  # noqa: F401 (registers "dqn")
+        from jaxrl_dist.agents.pqn import config as _pqn  # noqa: F401 (registers "pqn")
         _load_plugins()
     return dict(_REGISTRY)
 

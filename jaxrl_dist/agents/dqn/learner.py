@@ -1,0 +1,163 @@
+"""DQN as an :class:`~jaxrl_dist.agents.base.Agent`: epsilon-greedy acting, and a ``learn`` that
+adds the rollout to the sharded replay buffer (the ``data`` slot) and takes ``gradient_steps``
+double-DQN steps on n-step batches sampled from it, for ONE member inside a ``shard_map`` over
+the data axis.
+
+Every decision is made from replicated values, so all devices and processes agree: epsilon
+and the acting warm-up from the update count, learning from the buffer's fill (reduced over
+the data axis), target updates from the gradient-step count.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxrl_dist import rollout
+from jaxrl_dist.agents.base import EPISODE_METRICS, Agent
+from jaxrl_dist.agents.dqn import replay as replay_lib
+from jaxrl_dist.agents.dqn.config import DQNConfig
+from jaxrl_dist.agents.qnet import networks as qnet
+from jaxrl_dist.envs import EnvSpec
+from jaxrl_dist.errors import ConfigError
+from jaxrl_dist.sharding import Layout
+from jaxrl_dist.sizes import Sizes
+from jaxrl_dist.types import RunState, Trajectory
+
+HPARAMS = ("learning_rate", "gamma", "epsilon_start", "epsilon_end", "epsilon_decay_steps",
+           "target_update_period", "target_tau", "max_grad_norm", "huber_delta")
+
+METRICS = {**EPISODE_METRICS, "loss": "mean", "q_mean": "mean", "grad_norm": "mean",
+           "epsilon": "last", "learning": "mean", "replay_transitions": "last",
+           "target_updates": "sum"}
+
+
+class TrainState(NamedTuple):
+    params: Any
+    target_params: Any
+    opt_state: Any
+    key: jax.Array          # uint32[2]; split once per update
+    update: jax.Array       # int32[]; completed updates
+    gradient_steps: jax.Array   # int32[]; gradient steps taken (target updates count them)
+    hparams: Any = {}       # swept hyperparameters {name: f32[]}
+
+
+def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Agent:
+    qnet.require_discrete("dqn", spec)
+    net = qnet.make_q_network(d.network, spec)
+    axis, devices = layout.data_axis, layout.data_size
+    if d.buffer_shards % devices:
+        raise ConfigError(
+            f"dqn.buffer_shards ({d.buffer_shards}) must be a multiple of the number of devices "
+            f"each member's environments are split over ({devices}): a device holds whole "
+            f"shards. Choose a shard count that every device count you use divides (e.g. 8 for "
+            f"1, 2, 4 or 8 devices); the results depend on it, not on the device count")
+    shards_local = d.buffer_shards // devices
+    envs_per_shard = sizes.local_envs // shards_local
+    rows = d.buffer_size // (sizes.local_envs * devices)
+    per_shard_batch = d.batch_size // d.buffer_shards
+    obs_dtype = jnp.uint8 if d.obs_storage == "uint8" else jnp.float32
+    per_update = sizes.batch_size            # global env steps per update
+
+    def hp_of(train):
+        return qnet.hyperparameters(d, HPARAMS, train.hparams)
+
+    def init(key, params, swept):
+        hp = qnet.hyperparameters(d, HPARAMS, swept)
+        train = TrainState(params, params, qnet.make_optimizer(d, hp).init(params), key,
+                           jnp.int32(0), jnp.int32(0), swept)
+        data = replay_lib.init(shards_local, rows, envs_per_shard, spec.obs_shape, obs_dtype,
+                               d.bootstrap_truncation)
+        return train, data
+
+    def acting(train):
+        steps = train.update * per_update
+        eps = qnet.epsilon(hp_of(train), d.epsilon_schedule, steps)
+        # warm-up: uniformly random actions (as rejax and DI-engine collect their first data)
+        return train.params, jnp.where(steps < d.learning_starts, 1.0, eps)
+
+    def act(acting_state, carry, obs, mask, noise):
+        params, eps = acting_state
+        return qnet.epsilon_greedy(net.apply(params, obs), mask, eps, noise), carry, {}
+
+    def td_loss(hp, q, target):
+        if d.loss == "huber":
+            return optax.huber_loss(q, target, hp["huber_delta"])
+        return 0.5 * jnp.square(q - target)
+
+    def learn(train, data, trajectory: Trajectory, key):
+        steps = trajectory.steps
+        hp = hp_of(train)
+        data = replay_lib.add(data, steps)
+        shard_ids = jax.lax.axis_index(axis) * shards_local + jnp.arange(shards_local)
+        # the fill is the same on every shard; reduced so the decision is visibly replicated
+        rows_filled = jax.lax.pmin(data.rows[0], axis)
+        transitions = rows_filled * (sizes.local_envs * devices)
+        learning = (transitions >= d.learning_starts) & (rows_filled > d.n_step)
+        optimizer = qnet.make_optimizer(d, hp)
+
+        def train_steps(train):
+            keys = jax.random.split(key, d.gradient_steps)
+            (train, _), (stats, gnorm, due) = jax.lax.scan(
+                lambda carry, k: gradient_step(hp, optimizer, shard_ids, carry, k),
+                (train, data), keys)
+            return train, (jnp.mean(stats[:, 0]), jnp.mean(stats[:, 1]), jnp.mean(gnorm),
+                           jnp.sum(due))
+
+        def skip(train):
+            zero = jnp.float32(0.0)
+            return train, (zero, zero, zero, zero)
+
+        train, (loss, q_mean, grad_norm, target_updates) = jax.lax.cond(
+            learning, train_steps, skip, train)
+        metrics = {**jax.lax.psum(rollout.episode_sums(steps), axis), "loss": loss,
+                   "q_mean": q_mean, "grad_norm": grad_norm,
+                   "epsilon": acting(train)[1], "learning": learning.astype(jnp.float32),
+                   "replay_transitions": transitions.astype(jnp.float32),
+                   "target_updates": target_updates}
+        return train._replace(update=train.update + 1), data, metrics
+
+    def gradient_step(hp, optimizer, shard_ids, carry, key):
+        train, data = carry
+        batch = replay_lib.sample(data, key, shard_ids, per_shard_batch, d.n_step, hp["gamma"])
+        next_q_target = net.apply(train.target_params, batch.next_obs)
+        if d.double:
+            next_action = jnp.argmax(net.apply(train.params, batch.next_obs), axis=-1)
+        else:
+            next_action = jnp.argmax(next_q_target, axis=-1)
+        next_value = jnp.take_along_axis(next_q_target, next_action[:, None], 1)[:, 0]
+        target = jax.lax.stop_gradient(batch.reward + batch.discount * next_value)
+
+        def loss_fn(params):
+            q = jnp.take_along_axis(net.apply(params, batch.obs), batch.action[:, None], 1)[:, 0]
+            loss = jnp.mean(td_loss(hp, q, target))
+            return loss, jnp.stack([loss, jnp.mean(q)])
+
+        grads, stats, grad_norm = qnet.global_mean_grad(loss_fn, train.params, axis)
+        updates, opt_state = optimizer.update(grads, train.opt_state, train.params)
+        params = optax.apply_updates(train.params, updates)
+        count = train.gradient_steps + 1
+        period = jnp.asarray(hp["target_update_period"]).astype(jnp.int32)
+        due = count % period == 0
+        tau = hp["target_tau"]
+        target_params = jax.lax.cond(
+            due, lambda: jax.tree.map(lambda o, t: tau * o + (1.0 - tau) * t, params,
+                                      train.target_params),
+            lambda: train.target_params)
+        train = train._replace(params=params, opt_state=opt_state, target_params=target_params,
+                               gradient_steps=count)
+        return (train, data), (stats, grad_norm, due.astype(jnp.float32))
+
+    def policy(params, obs, mask=None):
+        return qnet.greedy(net.apply(params, obs), mask)
+
+    return Agent(
+        init_params=net.init, init=init, init_carry=tuple, acting=acting,
+        noise=lambda key, t: qnet.exploration_noise(key, t, spec.action_dim),
+        act=act, env_action=lambda a: a, learn=learn, policy=policy,
+        policy_params=lambda train: train.params, metrics=METRICS, steps_per_env=d.num_steps,
+        keep_final_obs=d.bootstrap_truncation,
+        checkpointed=RunState(True, True, d.checkpoint_buffer))

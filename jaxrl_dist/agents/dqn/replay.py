@@ -1,0 +1,140 @@
+"""A uniform replay buffer in a FIXED number of shards, laid out along the data axis.
+
+Why shards from the config: peers keep one buffer per device (Stoix, Brax SAC, flashbax's
+examples), so what a batch can contain changes with the device count, and so do the results.
+Here the global buffer is ``buffer_shards`` shards; shard ``s`` stores the transitions of global
+environments ``[s K, (s + 1) K)`` (``K = num_envs / buffer_shards``) and draws ``batch_size /
+buffer_shards`` samples of every batch with a key folded from ``s``. A device holds whole shards,
+so 1, 2 or 4 devices (or 2 processes x 2) hold the same shards and draw the same batch: the
+parameters agree to float tolerance (the gradient's sum order is the only difference).
+
+Each shard is a ring of ``L`` rows (time) x ``K`` columns (environments): an update writes its
+``T`` rows at the write position, shared by all shards, so n-step windows are contiguous rows of
+one column. Every shard of a device has the same position and fill; they are stored per shard
+(``[S_local]``) so a buffer left out of a checkpoint comes back empty with them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from jaxrl_dist.types import Transition
+
+
+class Replay(NamedTuple):
+    """One device's shards; every array leads with [S_local, L, K] except the counters."""
+
+    obs: jax.Array            # the observation acted on (storage dtype)
+    action: jax.Array         # int32
+    reward: jax.Array         # float32
+    terminated: jax.Array     # bool
+    truncated: jax.Array      # bool
+    final_obs: Any            # the observation each step reached (None: not stored)
+    position: jax.Array       # [S_local] int32, the next row to write
+    rows: jax.Array           # [S_local] int32, rows filled (<= L)
+
+
+class NStep(NamedTuple):
+    """Sampled n-step transitions, [B_local, ...]."""
+
+    obs: jax.Array            # float32
+    action: jax.Array
+    reward: jax.Array         # sum_{j<k} gamma^j r_{t+j}, k = the window up to an episode's end
+    discount: jax.Array       # gamma^k if the window bootstraps, else 0
+    next_obs: jax.Array       # float32, where to bootstrap from
+
+
+def init(shards: int, rows: int, envs_per_shard: int, obs_shape: tuple[int, ...],
+         obs_dtype: Any, store_final_obs: bool) -> Replay:
+    def zeros(dtype, *shape):
+        return jnp.zeros((shards, rows, envs_per_shard, *shape), dtype)
+
+    return Replay(obs=zeros(obs_dtype, *obs_shape), action=zeros(jnp.int32),
+                  reward=zeros(jnp.float32), terminated=zeros(bool), truncated=zeros(bool),
+                  final_obs=zeros(obs_dtype, *obs_shape) if store_final_obs else None,
+                  position=jnp.zeros(shards, jnp.int32), rows=jnp.zeros(shards, jnp.int32))
+
+
+def add(replay: Replay, steps: Transition) -> Replay:
+    """Write a rollout ``[T, E_local]`` (local environments in global order) at the write
+    position; the ring's length is a multiple of T, so a rollout never wraps."""
+    shards, length, per_shard = replay.action.shape[:3]
+    T = steps.reward.shape[0]
+
+    def to_rows(x, like):                     # [T, E_local, ...] -> [S_local, T, K, ...]
+        x = x.reshape(T, shards, per_shard, *x.shape[2:]).swapaxes(0, 1)
+        return x.astype(like.dtype)
+
+    position = replay.position[0]
+
+    def write(buffer, x):
+        x = to_rows(x, buffer)
+        start = (0, position) + (0,) * (buffer.ndim - 2)
+        return jax.lax.dynamic_update_slice(buffer, x, start)
+
+    def obs_rows(x):   # rounded before a cast to an integer dtype (uint8 storage)
+        return jnp.round(x) if jnp.issubdtype(replay.obs.dtype, jnp.integer) else x
+
+    return Replay(
+        obs=write(replay.obs, obs_rows(steps.obs)),
+        action=write(replay.action, steps.action),
+        reward=write(replay.reward, steps.reward),
+        terminated=write(replay.terminated, steps.terminated),
+        truncated=write(replay.truncated, steps.truncated),
+        final_obs=(None if replay.final_obs is None
+                   else write(replay.final_obs, obs_rows(steps.final_obs))),
+        position=(replay.position + T) % length,
+        rows=jnp.minimum(replay.rows + T, length))
+
+
+def sample(replay: Replay, key: jax.Array, shard_ids: jax.Array, per_shard: int, n: int,
+           gamma: Any) -> NStep:
+    """``per_shard`` n-step transitions from each local shard, uniformly over the stored steps
+    whose n following steps are stored too; shard ``shard_ids[j]`` (its GLOBAL index) draws with
+    ``fold_in(key, shard_ids[j])``. Returns ``[S_local * per_shard, ...]`` in shard order.
+
+    Window of a sample at row t: rewards t..t+n-1 until the first step that ended its episode
+    (k = that step + 1, else n). Bootstrap from obs[t+n] if no step ended it, from that step's
+    final observation if it was a time limit and final observations are stored, not at all if
+    it terminated (or was truncated without them)."""
+    length, per_env = replay.action.shape[1:3]
+    offsets = jnp.arange(n + 1)
+    powers = jnp.asarray(gamma, jnp.float32) ** jnp.arange(n + 1, dtype=jnp.float32)
+
+    def one_shard(shard, shard_id):
+        key_row, key_col = jax.random.split(jax.random.fold_in(key, shard_id))
+        valid = jnp.maximum(shard.rows[()] - n, 1)    # rows whose window is complete
+        oldest = shard.position[()] - shard.rows[()]
+        t = (oldest + jax.random.randint(key_row, (per_shard,), 0, valid)) % length
+        col = jax.random.randint(key_col, (per_shard,), 0, per_env)
+        window = (t[:, None] + offsets) % length                          # [B, n + 1]
+        steps = lambda x: x[window[:, :n], col[:, None]]                  # noqa: E731 [B, n]
+        reward, term, trunc = steps(shard.reward), steps(shard.terminated), steps(shard.truncated)
+        done = term | trunc
+        # alive[j]: no step before j ended the episode
+        alive = jnp.cumprod(jnp.concatenate([jnp.ones((per_shard, 1), bool), ~done[:, :-1]], 1),
+                            axis=1).astype(bool)
+        ret = jnp.sum(jnp.where(alive, powers[:n] * reward, 0.0), axis=1)
+        ended = alive & done                                  # the step that ended it (one-hot)
+        k = jnp.where(jnp.any(ended, 1), jnp.argmax(ended, 1) + 1, n)       # steps summed
+        truncated = jnp.any(ended & trunc, 1)
+        terminated = jnp.any(ended & term, 1)
+        bootstraps = ~terminated & (~truncated | (shard.final_obs is not None))
+        discount = jnp.where(bootstraps, powers[k], 0.0)
+        next_obs = shard.obs[(t + n) % length, col].astype(jnp.float32)
+        if shard.final_obs is not None:
+            final = shard.final_obs[(t + k - 1) % length, col].astype(jnp.float32)
+            pick = truncated.reshape(-1, *([1] * (next_obs.ndim - 1)))
+            next_obs = jnp.where(pick, final, next_obs)
+        return NStep(shard.obs[t, col].astype(jnp.float32), shard.action[t, col], ret, discount,
+                     next_obs)
+
+    out = jax.vmap(one_shard)(replay, shard_ids)
+    return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), out)
+
+
+def nbytes(replay: Replay) -> int:
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(replay))

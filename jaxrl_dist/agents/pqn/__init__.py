@@ -1,0 +1,1 @@
+"""PQN: parallelised Q-learning with Q(lambda) targets, no replay and no target network."""

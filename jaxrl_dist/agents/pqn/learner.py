@@ -1,0 +1,148 @@
+"""PQN as an :class:`~jaxrl_dist.agents.base.Agent`: epsilon-greedy acting and a ``learn`` that
+computes Q(lambda) targets over the rollout and trains the Q-network for epochs x minibatches,
+for ONE member inside a ``shard_map`` over the data axis (the on-device fused path: no replay,
+no target network, so topology invariance and populations work as for PPO)."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxrl_dist import rollout
+from jaxrl_dist.agents import minibatch
+from jaxrl_dist.agents.base import EPISODE_METRICS, Agent
+from jaxrl_dist.agents.pqn.config import PQNConfig
+from jaxrl_dist.agents.qnet import networks as qnet
+from jaxrl_dist.envs import EnvSpec
+from jaxrl_dist.sharding import Layout
+from jaxrl_dist.sizes import Sizes
+from jaxrl_dist.types import Trajectory
+
+HPARAMS = ("learning_rate", "gamma", "q_lambda", "epsilon_start", "epsilon_end",
+           "epsilon_decay_steps", "max_grad_norm", "reward_scale", "huber_delta")
+
+METRICS = {**EPISODE_METRICS, "loss": "mean", "q_mean": "mean", "target_mean": "mean",
+           "grad_norm": "mean", "epsilon": "last", "learning_rate": "last"}
+
+
+class TrainState(NamedTuple):
+    params: Any
+    opt_state: Any
+    key: jax.Array          # uint32[2]; split once per update
+    update: jax.Array       # int32[]; completed updates
+    hparams: Any = {}       # swept hyperparameters {name: f32[]}
+
+
+def q_lambda_targets(reward: jax.Array, next_q: jax.Array, terminated: jax.Array,
+                     done: jax.Array, gamma: Any, lam: Any) -> jax.Array:
+    """[T, E] Q(lambda) returns, backwards over the rollout:
+    ``G_t = r_t + gamma (1 - terminated_t) [q'_t + lam (1 - done_t) (G_{t+1} - q'_t)]`` with
+    ``q'_t`` = max Q of the state step t reached (its final observation), and G_T := q'_{T-1}
+    (the rollout's end bootstraps one step). An episode's end cuts the lambda-trace; a time
+    limit still bootstraps from q'_t, a terminal state does not."""
+    def back(g_next, x):
+        r, q, term, end = x
+        g = r + gamma * (1.0 - term) * (q + lam * (1.0 - end) * (g_next - q))
+        return g, g
+    f32 = lambda x: x.astype(jnp.float32)   # noqa: E731
+    _, targets = jax.lax.scan(back, next_q[-1], (reward, next_q, f32(terminated), f32(done)),
+                              reverse=True)
+    return targets
+
+
+def make_agent(p: PQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Agent:
+    qnet.require_discrete("pqn", spec)
+    net = qnet.make_q_network(p.network, spec)
+    axis, M, U = layout.data_axis, p.num_minibatches, p.update_epochs
+    per_update = sizes.batch_size            # global env steps per update
+    sgd_steps = sizes.num_updates * U * M
+
+    def hp_of(swept):
+        return qnet.hyperparameters(p, HPARAMS, swept)
+
+    def schedule(hp):
+        if p.anneal_lr:
+            return optax.linear_schedule(hp["learning_rate"], 0.0, transition_steps=sgd_steps)
+        return optax.constant_schedule(hp["learning_rate"])
+
+    def optimizer(hp):
+        return qnet.make_optimizer(p, hp, schedule(hp))
+
+    def init(key, params, swept):
+        return TrainState(params, optimizer(hp_of(swept)).init(params), key, jnp.int32(0),
+                          swept), ()
+
+    def acting(train):
+        return train.params, qnet.epsilon(hp_of(train.hparams), p.epsilon_schedule,
+                                          train.update * per_update)
+
+    def act(acting_state, carry, obs, mask, noise):
+        params, eps = acting_state
+        return qnet.epsilon_greedy(net.apply(params, obs), mask, eps, noise), carry, {}
+
+    def td_loss(hp, q, target):
+        if p.loss == "huber":
+            return optax.huber_loss(q, target, hp["huber_delta"])
+        return 0.5 * jnp.square(q - target)
+
+    def learn(train: TrainState, data: Any, trajectory: Trajectory, key: jax.Array):
+        steps = trajectory.steps
+        T, E = steps.reward.shape
+        hp = hp_of(train.hparams)
+        opt = optimizer(hp)
+        if p.bootstrap_truncation:
+            next_obs, terminated = steps.final_obs, steps.terminated
+        else:   # the step after is the next obs (a reset's after an end, then unused)
+            next_obs = jnp.concatenate([steps.obs[1:], trajectory.last_obs[None]])
+            terminated = steps.terminated | steps.truncated
+        next_q = jnp.max(net.apply(train.params, next_obs.reshape(-1, *spec.obs_shape)),
+                         axis=-1).reshape(T, E)
+        targets = q_lambda_targets(steps.reward * hp["reward_scale"], next_q, terminated,
+                                   steps.terminated | steps.truncated, hp["gamma"],
+                                   hp["q_lambda"])
+
+        env_ids = rollout.local_env_ids(E, axis)
+        perms = minibatch.epoch_permutations(key, U, env_ids, T)                  # [U, E, T]
+        batch = (steps.obs, steps.action, targets)
+
+        def sgd_step(carry, mb):
+            params, opt_state = carry
+            obs, action, target = mb
+
+            def loss_fn(params):
+                q = jnp.take_along_axis(net.apply(params, obs), action[:, None], 1)[:, 0]
+                loss = jnp.mean(td_loss(hp, q, target))
+                return loss, jnp.stack([loss, jnp.mean(q)])
+
+            grads, stats, grad_norm = qnet.global_mean_grad(loss_fn, params, axis)
+            updates, opt_state = opt.update(grads, opt_state, params)
+            return (optax.apply_updates(params, updates), opt_state), (stats, grad_norm)
+
+        def epoch(carry, perm):
+            minibatches = jax.tree.map(lambda x: minibatch.to_minibatches(x, perm, M), batch)
+            return jax.lax.scan(sgd_step, carry, minibatches)
+
+        (params, opt_state), (stats, grad_norm) = jax.lax.scan(
+            epoch, (train.params, train.opt_state), perms)
+        sums = jax.lax.psum({**rollout.episode_sums(steps), "target": jnp.sum(targets)}, axis)
+        count = T * E * layout.data_size
+        metrics = {**{k: v for k, v in sums.items() if k != "target"},
+                   "loss": jnp.mean(stats[..., 0]), "q_mean": jnp.mean(stats[..., 1]),
+                   "target_mean": sums["target"] / count, "grad_norm": jnp.mean(grad_norm),
+                   "epsilon": acting(train)[1],
+                   "learning_rate": schedule(hp)(train.update * U * M)}
+        return TrainState(params, opt_state, train.key, train.update + 1, train.hparams), \
+            data, metrics
+
+    def policy(params, obs, mask=None):
+        return qnet.greedy(net.apply(params, obs), mask)
+
+    return Agent(
+        init_params=net.init, init=init, init_carry=tuple, acting=acting,
+        noise=lambda key, t: qnet.exploration_noise(key, t, spec.action_dim),
+        act=act, env_action=lambda a: a, learn=learn, policy=policy,
+        policy_params=lambda train: train.params, metrics=METRICS, steps_per_env=p.num_steps,
+        keep_final_obs=p.bootstrap_truncation)

@@ -1,0 +1,154 @@
+"""The Q-network (flax) and epsilon-greedy acting, shared by DQN and PQN.
+
+Parameters are one plain pytree; networks hold no RNG state and know nothing about sharding.
+Acting draws its randomness up front as one uniform array per step (``[1 + A]``: the explore
+coin, then one number per action whose argmax over the legal ones is the random action), so a
+rollout draws all of it in one op before its loop, as PPO's does.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple, Sequence
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+from jax.flatten_util import ravel_pytree
+
+from jaxrl_dist.agents.qnet.config import QNetworkConfig
+from jaxrl_dist.distributions import MASKED_LOGIT
+from jaxrl_dist.envs import EnvError, EnvSpec
+
+
+def _activation(name: str) -> Callable:
+    return nn.swish if name == "swish" else getattr(nn, name)
+
+
+class QNetwork(nn.Module):
+    """Optional 3x3 convolutions, dense layers (LayerNorm before each activation if asked),
+    then Q-values [B, A], plainly or through a dueling head. flax's default initialisers."""
+
+    hidden: Sequence[int]
+    num_actions: int
+    activation: str = "relu"
+    layer_norm: bool = False
+    dueling: bool = False
+    conv: Sequence[int] = ()
+
+    @nn.compact
+    def __call__(self, x: jax.Array) -> jax.Array:
+        act = _activation(self.activation)
+        for channels in self.conv:
+            x = nn.relu(nn.Conv(channels, (3, 3), padding="SAME")(x))
+        x = x.reshape(x.shape[0], -1)
+        for size in self.hidden:
+            x = nn.Dense(size)(x)
+            if self.layer_norm:
+                x = nn.LayerNorm()(x)
+            x = act(x)
+        if not self.dueling:
+            return nn.Dense(self.num_actions)(x)
+        value = nn.Dense(1)(x)
+        advantage = nn.Dense(self.num_actions)(x)
+        return value + advantage - jnp.mean(advantage, axis=-1, keepdims=True)
+
+
+class QNet(NamedTuple):
+    init: Callable[[jax.Array], Any]               # key -> params
+    apply: Callable[[Any, jax.Array], jax.Array]   # (params, obs [B, *obs]) -> Q [B, A]
+
+
+def require_discrete(algo: str, spec: EnvSpec) -> None:
+    if spec.continuous:
+        raise EnvError(f"algo {algo} needs a discrete action space, but {spec.name} has "
+                       f"continuous actions (size {spec.action_dim}); use algo: ppo for it")
+
+
+def make_q_network(config: QNetworkConfig, spec: EnvSpec) -> QNet:
+    if config.torso == "cnn" and len(spec.obs_shape) != 3:
+        raise EnvError(f"network.torso=cnn needs [H, W, C] observations, got shape "
+                       f"{list(spec.obs_shape)}; use torso: mlp (or auto)")
+    cnn = config.torso == "cnn" or (config.torso == "auto" and len(spec.obs_shape) == 3)
+    module = QNetwork(tuple(config.hidden), spec.action_dim, config.activation,
+                      config.layer_norm, config.dueling,
+                      tuple(config.cnn_channels) if cnn else ())
+    dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
+
+    def init(key: jax.Array) -> Any:
+        return module.init(key, dummy)["params"]
+
+    def apply(params: Any, obs: jax.Array) -> jax.Array:
+        return module.apply({"params": params}, obs.astype(jnp.float32))
+
+    return QNet(init, apply)
+
+
+def masked(q: jax.Array, mask: jax.Array | None) -> jax.Array:
+    return q if mask is None else jnp.where(mask, q, MASKED_LOGIT)
+
+
+def greedy(q: jax.Array, mask: jax.Array | None = None) -> jax.Array:
+    return jnp.argmax(masked(q, mask), axis=-1)
+
+
+def epsilon(hp: dict[str, Any], schedule: str, env_steps: jax.Array) -> jax.Array:
+    """Exploration rate after ``env_steps`` GLOBAL environment steps: linear from
+    epsilon_start to epsilon_end over epsilon_decay_steps, or exponential with that time
+    constant (DI-engine's ``end + (start - end) * exp(-steps / decay)``)."""
+    steps = jnp.asarray(env_steps, jnp.float32)
+    start, end, decay = hp["epsilon_start"], hp["epsilon_end"], hp["epsilon_decay_steps"]
+    if schedule == "exponential":
+        return end + (start - end) * jnp.exp(-steps / decay)
+    return start + (end - start) * jnp.clip(steps / decay, 0.0, 1.0)
+
+
+def exploration_noise(key: jax.Array, num_steps: int, num_actions: int) -> jax.Array:
+    """ONE environment's acting randomness for ``num_steps`` steps: [T, 1 + A] uniforms."""
+    return jax.random.uniform(key, (num_steps, 1 + num_actions))
+
+
+def epsilon_greedy(q: jax.Array, mask: jax.Array | None, eps: jax.Array,
+                   noise: jax.Array) -> jax.Array:
+    """[E, A] Q-values -> [E] actions: with probability ``eps`` a uniformly random legal action
+    (the argmax of iid uniforms over the legal actions), else the greedy one."""
+    explore = noise[..., 0] < eps
+    random_action = greedy(noise[..., 1:], mask)
+    return jnp.where(explore, random_action, greedy(q, mask)).astype(jnp.int32)
+
+
+def make_optimizer(c: Any, hp: dict[str, Any], learning_rate: Any = None
+                   ) -> optax.GradientTransformation:
+    """Gradient clipping (global norm or per element; none if max_grad_norm is null), then
+    Adam. Built inside the program when ``hp`` holds a member's swept (traced) values."""
+    adam = optax.adam(hp["learning_rate"] if learning_rate is None else learning_rate,
+                      eps=c.adam_eps)
+    if c.max_grad_norm is None:
+        return adam
+    clip = optax.clip_by_global_norm if c.grad_clip == "global_norm" else optax.clip
+    return optax.chain(clip(hp["max_grad_norm"]), adam)
+
+
+def global_mean_grad(loss_fn: Callable, params: Any, axis: str, *args
+                     ) -> tuple[Any, Any, jax.Array]:
+    """Gradient of the GLOBAL batch's mean loss, inside a shard_map over ``axis``.
+
+    Each device differentiates its local mean loss w.r.t. a device-varying copy of the
+    replicated parameters (so no implicit psum is inserted: shared/DESIGN.md section 2), then
+    gradients and the loss's aux values travel in ONE ``pmean`` of a flat vector. Shards are
+    equal-sized, so the mean of local means is the global mean.
+    Returns (grads, aux, global norm of grads)."""
+    local = jax.lax.pcast(params, axis, to="varying")
+    grads, aux = jax.grad(loss_fn, has_aux=True)(local, *args)
+    flat, unravel = ravel_pytree((grads, aux))
+    flat = jax.lax.pmean(flat, axis)
+    grad_size = sum(x.size for x in jax.tree.leaves(grads))
+    grad_norm = jnp.sqrt(jnp.sum(jnp.square(flat[:grad_size])))
+    grads, aux = unravel(flat)
+    return grads, aux, grad_norm
+
+
+def hyperparameters(c: Any, names: Sequence[str], swept: dict[str, Any] | None) -> dict[str, Any]:
+    """The config's scalar values (program constants) overridden by a population's swept
+    values (arrays in the train state)."""
+    return {**{name: getattr(c, name) for name in names}, **(swept or {})}
