@@ -10,9 +10,16 @@ import jax
 
 import jaxrl_dist
 from jaxrl_dist import distributed, population
+from jaxrl_dist.types import RunState
 
 if TYPE_CHECKING:
     from jaxrl_dist.run import Run
+
+
+def rebuilt_on_resume(run: Run) -> list[str]:
+    if not run.first_update:
+        return []
+    return [name for name in RunState._fields if name not in run.checkpointer.saved]
 
 
 def build(run: Run, stats: list[tuple[float, str]]) -> dict[str, Any]:
@@ -47,6 +54,8 @@ def build(run: Run, stats: list[tuple[float, str]]) -> dict[str, Any]:
         "solved_at_env_steps": run.solved_at * sizes.batch_size if run.solved_at else None,
         "periodic": run.hooks, "compile_cache": run.cache,
         "algo": c.algo, "checkpointed": list(run.checkpointer.saved),
+        # slots a resumed run started afresh (e.g. a replay buffer left out: refilled)
+        "rebuilt_on_resume": rebuilt_on_resume(run),
         "num_devices": layout.mesh.size, "num_processes": distributed.process_count(),
         "jax_version": jax.__version__, "jaxrl_dist_version": jaxrl_dist.__version__,
         "run_dir": str(run.run_dir),

@@ -156,10 +156,13 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
     if not resume:
         checkpointer.save(state, run.meta())  # a restart always has a checkpoint to resume from
     reporter.start(config_lib.to_dict(config), env_steps=updates_done * sizes.batch_size)
+    rebuilt = summary_lib.rebuilt_on_resume(run)
+    rebuilt = f" (not in checkpoints, started afresh: {', '.join(rebuilt)})" if rebuilt else ""
     reporter.message(
         f"jaxrl_dist: {spec.name} | {layout.describe()} x {sizes.local_envs} envs, "
         f"{distributed.process_count()} process(es) | {sizes.num_updates} updates of "
-        f"{sizes.batch_size} steps{f', resuming at {updates_done}' if resume else ''} | "
+        f"{sizes.batch_size} steps{f', resuming at {updates_done}' if resume else ''}"
+        f"{rebuilt} | "
         f"compiled in {run.compile_time:.1f}s | run dir {run_dir}")
     return run
 

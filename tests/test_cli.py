@@ -8,6 +8,8 @@ import pytest
 from jaxrl_dist import train as train_cli
 
 CFG = "configs/cartpole.yaml"
+DQN = "configs/cartpole_dqn.yaml"
+PQN = "configs/cartpole_pqn.yaml"
 
 BAD = [  # (argv, words the one-line message must contain)
     ([CFG, "--set", "ppo.foo=1"], ["ppo.foo", "allowed"]),
@@ -26,7 +28,15 @@ BAD = [  # (argv, words the one-line message must contain)
     ([CFG, "--set", "network.actor_hidden=[64, x]"], ["network.actor_hidden"]),
     ([CFG, "--set", "env=Nope-v0"], ["Nope-v0", "CartPole-v1"]),
     ([CFG, "--set", "ppo=3"], ["ppo", "mapping"]),
-    ([CFG, "--set", "algo=dqn"], ["algo 'dqn'", "known algorithm", "ppo"]),
+    ([CFG, "--set", "algo=sac"], ["algo 'sac'", "known algorithm", "dqn, ppo, pqn"]),
+    ([CFG, "--set", "algo=dqn"], ["section 'ppo:'", "algo is 'dqn'"]),
+    ([DQN, "--set", "env=Pendulum-v1", "--set", "num_envs=8"],
+     ["algo dqn needs a discrete action space"]),
+    ([PQN, "--set", "env=Pendulum-v1"], ["algo pqn needs a discrete action space"]),
+    ([DQN, "--set", "dqn.batch_size=100000"], ["smaller than one batch"]),
+    ([DQN, "--set", "dqn.learning_starts=100000"], ["dqn.learning_starts", "shorter than"]),
+    ([DQN, "--set", "dqn.buffer_shards=3"], ["num_envs (10)", "dqn.buffer_shards (3)"]),
+    ([DQN, "--set", "population.sweep={dqn.n_step: [1, 3]}"], ["dqn.n_step", "shapes"]),
     ([CFG, "--set", "algo=[1]"], ["algo", "string"]),
     ([CFG, "--set", "num_envs"], ["KEY=VALUE"]),
     (["missing.yaml"], ["not found", "missing.yaml"]),

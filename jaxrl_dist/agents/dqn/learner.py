@@ -85,7 +85,7 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
 
     def td_loss(hp, q, target):
         if d.loss == "huber":
-            return optax.huber_loss(q, target, hp["huber_delta"])
+            return optax.huber_loss(q - target, delta=hp["huber_delta"])
         return 0.5 * jnp.square(q - target)
 
     def learn(train, data, trajectory: Trajectory, key):
