@@ -36,7 +36,7 @@ BAD = [  # (argv, words the one-line message must contain)
     ([DQN, "--set", "dqn.batch_size=100000"], ["smaller than one batch"]),
     ([DQN, "--set", "dqn.learning_starts=45000", "--set", "total_timesteps=40000"],
      ["dqn.learning_starts (45000)", "shorter than the run"]),
-    ([DQN, "--set", "dqn.buffer_shards=3"], ["num_envs (10)", "dqn.buffer_shards (3)"]),
+    ([DQN, "--set", "dqn.buffer_shards=4"], ["num_envs (10)", "dqn.buffer_shards (4)"]),
     ([DQN, "--set", "population.sweep={dqn.n_step: [1, 3]}"], ["dqn.n_step", "shapes"]),
     ([CFG, "--set", "algo=[1]"], ["algo", "string"]),
     ([CFG, "--set", "num_envs"], ["KEY=VALUE"]),
