@@ -100,46 +100,7 @@ from rejax.evaluate import evaluate
 jax.config.update("jax_enable_compilation_cache", False)   # compile_s is a cold compile
 
 # configs/gymnax/cartpole.yaml of github.com/keraJLi/rejax, ``dqn:`` entry, verbatim
-REJAX_CARTPOLE_DQN = {
-    "env": "CartPole-v1",
-    "agent": "DuelingQNetwork",
-    "agent_kwargs": {"activation": "swish"},
-    "num_envs": 10,
-    "buffer_size": 50_000,
-    "fill_buffer": 5_000,
-    "batch_size": 100,
-    "max_grad_norm": 10,
-    "learning_rate": 0.001,
-    "num_epochs": 5,
-    "total_timesteps": 100_000,
-    "eval_freq": 2_500,
-    "polyak": 0.98,
-    "eps_start": 1,
-    "eps_end": 0.05,
-    "exploration_fraction": 0.5,
-    "gamma": 0.99,
-    "ddqn": True,
-    "normalize_observations": False,
-}
-
-# same file, ``pqn:`` entry, verbatim
-REJAX_CARTPOLE_PQN = {
-    "env": "CartPole-v1",
-    "num_envs": 16,
-    "num_steps": 128,
-    "num_minibatches": 16,
-    "max_grad_norm": 10,
-    "learning_rate": 0.0003,
-    "num_epochs": 5,
-    "total_timesteps": 524288,
-    "eval_freq": 16384,
-    "eps_start": 1,
-    "eps_end": 0.05,
-    "exploration_fraction": 0.5,
-    "gamma": 0.99,
-    "td_lambda": 0.9,
-    "normalize_observations": False,
-}
+from rejax_configs import REJAX_CARTPOLE_DQN, REJAX_CARTPOLE_PQN  # noqa: E402 (beside this file)
 
 ALGOS = {"dqn": (DQN, REJAX_CARTPOLE_DQN), "pqn": (PQN, REJAX_CARTPOLE_PQN)}
 

@@ -28,6 +28,8 @@ CARTPOLE = "configs/cartpole.yaml"
 # defaults read it from here.
 SOLVED_RETURN = {
     CARTPOLE: 475.0,
+    "configs/cartpole_dqn.yaml": 475.0,
+    "configs/cartpole_pqn.yaml": 475.0,
     "configs/acrobot.yaml": -100.0,
     "configs/pendulum.yaml": -300.0,
     "configs/mountaincar_continuous.yaml": 90.0,

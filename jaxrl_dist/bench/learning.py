@@ -39,6 +39,10 @@ def _solved(config: str, reference: float) -> tuple[str, float, float]:
 # the column says how many seeds of each trainer get at least that far.
 TASKS = {
     "cartpole": _solved("configs/cartpole.yaml", 500.0),
+    # DQN and PQN: rejax's own published CartPole configs on its side (rejax_q_runner.py), ours
+    # written in our keys (the config files say which key is which of rejax's)
+    "cartpole_dqn": _solved("configs/cartpole_dqn.yaml", 500.0),
+    "cartpole_pqn": _solved("configs/cartpole_pqn.yaml", 500.0),
     "acrobot": _solved("configs/acrobot.yaml", -80.0),
     "pendulum": _solved("configs/pendulum.yaml", -130.0),
     "mountaincar_continuous": _solved("configs/mountaincar_continuous.yaml", 92.0),
@@ -152,9 +156,14 @@ def run_trainer(trainer: str, config_path: str, config, seeds: list[int], args) 
         python = rejax_python(args)
         if not python.exists():
             raise RuntimeError(f"rejax venv missing ({python}): {REJAX_SETUP}")
-        cmd = [str(python), str(PEERS / "rejax_runner.py"), "--env", config.env,
-               "--seeds", seed_arg, "--total-timesteps", str(config.total_timesteps),
-               "--hparams", json.dumps(hparams(config))]
+        if config.algo in ("dqn", "pqn"):   # rejax's own config for the algorithm
+            cmd = [str(python), str(PEERS / "rejax_q_runner.py"), "--algo", config.algo,
+                   "--env", config.env, "--seeds", seed_arg, "--total-timesteps",
+                   str(config.total_timesteps), "--eval-points", "10"]
+        else:
+            cmd = [str(python), str(PEERS / "rejax_runner.py"), "--env", config.env,
+                   "--seeds", seed_arg, "--total-timesteps", str(config.total_timesteps),
+                   "--hparams", json.dumps(hparams(config))]
     return _run_json(cmd, timeout=args.timeout)
 
 

@@ -56,6 +56,40 @@ REJAX_SCRIPT = textwrap.dedent("""
 """)
 
 
+# rejax's DQN or PQN with its own CartPole config (benches/peers/rejax_configs.py) for
+# sys.argv[2] env steps: the cold compile of its train() (what its users run), then the steady
+# speed of its training iterations ALONE (one fori_loop of train_iteration: no evaluation, which
+# rejax's train() interleaves), on a second seed's state with the loop already compiled.
+REJAX_Q_SCRIPT = textwrap.dedent("""
+    import json, sys, time
+    t0 = time.perf_counter()
+    sys.path.insert(0, sys.argv[3])
+    import jax
+    jax.config.update("jax_enable_compilation_cache", False)
+    from rejax import DQN, PQN
+    from rejax_configs import REJAX_CARTPOLE_DQN, REJAX_CARTPOLE_PQN
+    algo_name, steps = sys.argv[1], int(sys.argv[2])
+    cls, config = {"dqn": (DQN, REJAX_CARTPOLE_DQN), "pqn": (PQN, REJAX_CARTPOLE_PQN)}[algo_name]
+    unit = config["num_envs"] * config.get("num_steps", 1) if algo_name == "pqn" else config["num_envs"]
+    iterations = steps // unit
+    algo = cls.create(**{**config, "total_timesteps": iterations * unit,
+                         "eval_freq": iterations * unit, "skip_initial_evaluation": True})
+    t = time.perf_counter()
+    jax.jit(algo.train).lower(jax.random.PRNGKey(0)).compile()
+    compile_s = time.perf_counter() - t
+    loop = jax.jit(lambda ts: jax.lax.fori_loop(0, iterations,
+                                                lambda i, ts: algo.train_iteration(ts), ts))
+    state = algo.init_state(jax.random.PRNGKey(1))
+    run = loop.lower(state).compile()
+    t = time.perf_counter()
+    ts = jax.block_until_ready(run(state))
+    run_s = time.perf_counter() - t
+    print(json.dumps({"rank": 0, "sps": iterations * unit / run_s, "compile_time_s": compile_s,
+                      "status": "completed", "final_return": None,
+                      "wall_s": time.perf_counter() - t0}))
+""")
+
+
 def ensure_rejax() -> Path:
     if not REJAX_PYTHON.exists():
         subprocess.run([sys.executable, "-m", "venv", str(REJAX_VENV)], check=True)
@@ -73,21 +107,35 @@ def rejax_python(args, create: bool = False) -> Path:
 
 
 def bench_rejax(args) -> tuple[list[dict], str]:
+    """PPO (configs/cartpole.yaml, --steps) or, with ``--config`` a DQN/PQN config, that
+    algorithm against rejax's own CartPole config for it, at the config's budget."""
+    from jaxrl_dist import config as config_lib
+    from jaxrl_dist.bench.common import PEERS
+
     python = rejax_python(args, create=True)
+    algo = config_lib.load(args.config).algo if args.config != CARTPOLE else "ppo"
+    script = Path(tempfile.mkdtemp()) / "rejax_bench.py"
+    if algo in ("dqn", "pqn"):
+        config_path, steps = args.config, config_lib.load(args.config).total_timesteps
+        script.write_text(REJAX_Q_SCRIPT)
+        rejax_cmd = [str(python), str(script), algo, str(steps), str(PEERS)]
+    elif algo == "ppo":
+        config_path, steps = CARTPOLE, args.steps
+        script.write_text(REJAX_SCRIPT)
+        rejax_cmd = [str(python), str(script), str(steps)]
+    else:
+        raise SystemExit(f"bench rejax compares ppo, dqn or pqn configs, not algo {algo}")
     # the shipped config as a user runs it: time-based checkpoints and replica checks stay ON
-    ours_sets = [f"total_timesteps={args.steps}", *args.set]
-    script = Path(tempfile.mkdtemp()) / "rejax_ppo.py"
-    script.write_text(REJAX_SCRIPT)
+    ours_sets = [f"total_timesteps={steps}", *args.set]
     names = ("ours, cold cache", "ours, warm cache", "rejax")
     results = {name: [] for name in names}
     for i in range(args.repeats):  # alternate so drift hits both equally
         with tempfile.TemporaryDirectory() as tmp:   # a fresh compile cache per repeat
             cache = str(Path(tmp) / "xla")
-            cold = run_command(train_cmd(Path(tmp) / "cold", 1, CARTPOLE, ours_sets),
+            cold = run_command(train_cmd(Path(tmp) / "cold", 1, config_path, ours_sets),
                                JAXRL_DIST_CACHE=cache)
-            theirs = run_command([str(python), str(script), str(args.steps)],
-                                 XLA_FLAGS=CPU_SCHEDULER_FLAG)
-            warm = run_command(train_cmd(Path(tmp) / "warm", 1, CARTPOLE, ours_sets),
+            theirs = run_command(rejax_cmd, XLA_FLAGS=CPU_SCHEDULER_FLAG)
+            warm = run_command(train_cmd(Path(tmp) / "warm", 1, config_path, ours_sets),
                                JAXRL_DIST_CACHE=cache)
         for name, out in zip(names, (cold, warm, theirs)):
             results[name].append({"sps": out["summary"]["sps"],
@@ -110,11 +158,13 @@ def bench_rejax(args) -> tuple[list[dict], str]:
         rows.append(r)
         md.append(f"| {name} | {_fmt(r['sps'])} | {_fmt(r['compile_time_s'], 1)} | "
                   f"{_fmt(r['wall_s'], 1)} | "
-                  f"{', '.join(f'{v:.0f}' for v in r['final_return'])} |")
+                  f"{', '.join('—' if v is None else f'{v:.0f}' for v in r['final_return'])} |")
     ratio = rows[0]["sps"]["median"] / rows[2]["sps"]["median"]
     pairs = [a["sps"] / b["sps"] for a, b in zip(results[names[0]], results[names[2]])]
     md.append(f"\nRatio of median steady SPS (ours, cold / rejax): **{ratio:.2f}x** (per pair "
               f"{min(pairs):.2f}x-{max(pairs):.2f}x); ours runs "
-              f"the shipped config with its defaults ({' '.join(ours_sets)}); the warm run "
-              f"reuses the cold run's compile cache")
+              f"{config_path} with its defaults ({' '.join(ours_sets)}); the warm run "
+              f"reuses the cold run's compile cache"
+              + ("; rejax: its own CartPole config, steady speed of its train_iteration loop "
+                 "alone (no evaluation), compile of its train()" if algo != "ppo" else ""))
     return rows, "\n".join(md)
