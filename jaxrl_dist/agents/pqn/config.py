@@ -30,6 +30,7 @@ class PQNConfig:
     learning_rate: float = _doc("Adam learning rate (initial, if annealed)", default=3e-4)
     anneal_lr: bool = _doc("linearly anneal the learning rate to 0 over training",
                            default=False)
+    optimizer: str = _doc("adam, or radam (purejaxql's)", default="adam")
     adam_eps: float = _doc("Adam epsilon", default=1e-8)
     max_grad_norm: float | None = _doc("gradient clipping threshold (see grad_clip); null = "
                                        "off", default=10.0)
@@ -66,6 +67,8 @@ def check(p: PQNConfig) -> None:
     require(p.loss in LOSSES, f"pqn.loss must be one of {', '.join(LOSSES)}, got {p.loss!r}")
     require(p.huber_delta > 0, f"pqn.huber_delta must be > 0, got {p.huber_delta}")
     require(p.reward_scale > 0, f"pqn.reward_scale must be > 0, got {p.reward_scale}")
+    require(p.optimizer in ("adam", "radam"),
+            f"pqn.optimizer must be adam or radam, got {p.optimizer!r}")
     check_optimizer(p, "pqn")
     check_exploration(p, "pqn")
     check_network(p.network, "pqn")

@@ -26,8 +26,9 @@ def _activation(name: str) -> Callable:
 
 
 class QNetwork(nn.Module):
-    """Optional 3x3 convolutions, dense layers (LayerNorm before each activation if asked),
-    then Q-values [B, A], plainly or through a dueling head. flax's default initialisers."""
+    """Optional 3x3 convolutions, dense layers (if asked, LayerNorm before every activation,
+    the convolutions' included), then Q-values [B, A], plainly or through a dueling head.
+    flax's default initialisers."""
 
     hidden: Sequence[int]
     num_actions: int
@@ -40,7 +41,10 @@ class QNetwork(nn.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         act = _activation(self.activation)
         for channels in self.conv:
-            x = nn.relu(nn.Conv(channels, (3, 3), padding="SAME")(x))
+            x = nn.Conv(channels, (3, 3), padding="SAME")(x)
+            if self.layer_norm:   # over each position's channels (purejaxql's MinAtar CNN)
+                x = nn.LayerNorm()(x)
+            x = nn.relu(x)
         x = x.reshape(x.shape[0], -1)
         for size in self.hidden:
             x = nn.Dense(size)(x)
@@ -120,9 +124,9 @@ def epsilon_greedy(q: jax.Array, mask: jax.Array | None, eps: jax.Array,
 def make_optimizer(c: Any, hp: dict[str, Any], learning_rate: Any = None
                    ) -> optax.GradientTransformation:
     """Gradient clipping (global norm or per element; none if max_grad_norm is null), then
-    Adam. Built inside the program when ``hp`` holds a member's swept (traced) values."""
-    adam = optax.adam(hp["learning_rate"] if learning_rate is None else learning_rate,
-                      eps=c.adam_eps)
+    Adam (or RAdam, if the section has ``optimizer: radam``). Built inside the program when ``hp`` holds a member's swept (traced) values."""
+    make = optax.radam if getattr(c, "optimizer", "adam") == "radam" else optax.adam
+    adam = make(hp["learning_rate"] if learning_rate is None else learning_rate, eps=c.adam_eps)
     if c.max_grad_norm is None:
         return adam
     clip = optax.clip_by_global_norm if c.grad_clip == "global_norm" else optax.clip
