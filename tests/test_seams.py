@@ -185,12 +185,19 @@ def test_population_run_dir_needs_a_member(toy_run, toy_population):
 
 def test_checkpoint_from_before_the_learner_shape_resumes_exactly(tmp_path):
     """tests/data/v1_cartpole_run: update 0 of ``configs/cartpole.yaml`` at 5,120 steps, written
-    by commit abd6829 (state ``RunState(train, envs)``, top-level num_steps and network). That
-    version's uninterrupted run ended with the fingerprint below."""
+    by commit abd6829 (state ``RunState(train, envs)``, top-level num_steps and network).
+    tests/data/v1_cartpole_final_params.npz: that version's parameters after resuming it to the
+    end. The bits depend on the CPU (the same code ends with fingerprint 4ce41be5... on one
+    2-core AMD EPYC VM and a8771224... on another, old and new code alike), so the parameters
+    are compared to float tolerance."""
     run = tmp_path / "v1"
     shutil.copytree(Path(__file__).parent / "data" / "v1_cartpole_run", run)
     config = config_lib.load(run / "config.yaml")
     summary = train(config, run, resume=True, devices=jax.devices()[:1], progress=False)
     assert summary["updates"] == 10
-    assert summary["param_fingerprint"] == (
-        "4ce41be5e15cfa25b35cb5e9f73d948c655dbd1134b63775e7cdd34dfe3e3c98")
+    old = np.load(Path(__file__).parent / "data" / "v1_cartpole_final_params.npz")
+    state, _ = read_checkpoint(run / "checkpoints")
+    new = {"/".join(str(getattr(k, "key", k)) for k in path): np.asarray(v) for path, v in
+           jax.tree_util.tree_flatten_with_path(state["train"]["params"])[0]}
+    assert sorted(new) == sorted(old.files)
+    assert max_rel_diff(new, {k: old[k] for k in old.files}) <= 1e-4

@@ -18,6 +18,8 @@ Measures what docs/benchmarks.md reports, by running the real command lines as s
   periodic    what checkpoints and replica checks cost the loop at the defaults (bench/periodic.py)
   accel       ours and rejax on a real GPU/TPU: throughput at thousands of envs and a population
               of hundreds of seeds in one program (bench/accel.py)
+  replay      a DQN checkpoint's size and save time with and without its replay buffer
+              (--config a dqn config; bench/replay.py)
 
 Every measurement is repeated (--repeats) and reported as min / median / max; results go to
 OUT/NAME.json and OUT/NAME.md. Nothing here is used by training.
@@ -48,6 +50,7 @@ BENCHES = {
     "brax": ("brax", "bench_brax"),
     "kernels": ("kernels", "bench_kernels"),
     "accel": ("accel", "bench_accel"),
+    "replay": ("replay", "bench_replay"),
 }
 
 
