@@ -11,6 +11,7 @@ from jaxrl_dist import config as config_lib
 from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist import sharding
 from jaxrl_dist.agents import make_learner
+from jaxrl_dist.agents import minibatch
 from jaxrl_dist.agents.ppo import losses, update
 from jaxrl_dist.agents.ppo import optimizer as optimizer_lib
 from jaxrl_dist.envs import make_env
@@ -220,11 +221,11 @@ def test_unknown_grad_clip_and_init_are_config_errors():
 
 @pytest.mark.parametrize("n", [2, 5, 128, 4097])
 def test_minibatch_permutation_is_a_uniform_permutation(n):
-    """update.permutation (one single-operand sort; jax.random.permutation above 4096): every
+    """minibatch.permutation (one single-operand sort; jax.random.permutation above 4096): every
     draw is a permutation, draws differ, and over many keys an element's position is uniform
     (its mean position is the middle)."""
     keys = jax.random.split(jax.random.PRNGKey(3), 400)
-    perms = np.asarray(jax.jit(jax.vmap(lambda k: update.permutation(k, n)))(keys))
+    perms = np.asarray(jax.jit(jax.vmap(lambda k: minibatch.permutation(k, n)))(keys))
     assert perms.dtype == np.int32
     np.testing.assert_array_equal(np.sort(perms, axis=1), np.broadcast_to(np.arange(n), perms.shape))
     assert n <= 5 or len({p.tobytes() for p in perms}) == 400   # not a few fixed orders

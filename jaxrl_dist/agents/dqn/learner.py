@@ -79,14 +79,8 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         # warm-up: uniformly random actions (as rejax and DI-engine collect their first data)
         return train.params, jnp.where(steps < d.learning_starts, 1.0, eps)
 
-    def act(acting_state, carry, obs, mask, noise):
-        params, eps = acting_state
-        return qnet.epsilon_greedy(net.apply(params, obs), mask, eps, noise), carry, {}
-
     def td_loss(hp, q, target):
-        if d.loss == "huber":
-            return optax.huber_loss(q - target, delta=hp["huber_delta"])
-        return 0.5 * jnp.square(q - target)
+        return qnet.td_loss(d.loss, q, target, hp["huber_delta"])
 
     def learn(train, data, trajectory: Trajectory, key):
         steps = trajectory.steps
@@ -151,13 +145,7 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
                                gradient_steps=count)
         return (train, data), (stats, grad_norm, due.astype(jnp.float32))
 
-    def policy(params, obs, mask=None):
-        return qnet.greedy(net.apply(params, obs), mask)
-
     return Agent(
-        init_params=net.init, init=init, init_carry=tuple, acting=acting,
-        noise=lambda key, t: qnet.exploration_noise(key, t, spec.action_dim),
-        act=act, env_action=lambda a: a, learn=learn, policy=policy,
-        policy_params=lambda train: train.params, metrics=METRICS, steps_per_env=d.num_steps,
-        keep_final_obs=d.bootstrap_truncation,
+        **qnet.agent_parts(net, spec), init=init, acting=acting, learn=learn, metrics=METRICS,
+        steps_per_env=d.num_steps, keep_final_obs=d.bootstrap_truncation,
         checkpointed=RunState(True, True, d.checkpoint_buffer))

@@ -30,7 +30,6 @@ from jax.flatten_util import ravel_pytree
 
 from jaxrl_dist import rollout, running_stats
 from jaxrl_dist.agents import minibatch
-from jaxrl_dist.agents.minibatch import permutation  # noqa: F401 (tests use update.permutation)
 from jaxrl_dist.agents.ppo import losses
 from jaxrl_dist.agents.ppo.config import PPOConfig
 from jaxrl_dist.agents.ppo.networks import Networks

@@ -79,14 +79,8 @@ def make_agent(p: PQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         return train.params, qnet.epsilon(hp_of(train.hparams), p.epsilon_schedule,
                                           train.update * per_update)
 
-    def act(acting_state, carry, obs, mask, noise):
-        params, eps = acting_state
-        return qnet.epsilon_greedy(net.apply(params, obs), mask, eps, noise), carry, {}
-
     def td_loss(hp, q, target):
-        if p.loss == "huber":
-            return optax.huber_loss(q - target, delta=hp["huber_delta"])
-        return 0.5 * jnp.square(q - target)
+        return qnet.td_loss(p.loss, q, target, hp["huber_delta"])
 
     def learn(train: TrainState, data: Any, trajectory: Trajectory, key: jax.Array):
         steps = trajectory.steps
@@ -137,12 +131,6 @@ def make_agent(p: PQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         return TrainState(params, opt_state, train.key, train.update + 1, train.hparams), \
             data, metrics
 
-    def policy(params, obs, mask=None):
-        return qnet.greedy(net.apply(params, obs), mask)
-
     return Agent(
-        init_params=net.init, init=init, init_carry=tuple, acting=acting,
-        noise=lambda key, t: qnet.exploration_noise(key, t, spec.action_dim),
-        act=act, env_action=lambda a: a, learn=learn, policy=policy,
-        policy_params=lambda train: train.params, metrics=METRICS, steps_per_env=p.num_steps,
-        keep_final_obs=p.bootstrap_truncation)
+        **qnet.agent_parts(net, spec), init=init, acting=acting, learn=learn, metrics=METRICS,
+        steps_per_env=p.num_steps, keep_final_obs=p.bootstrap_truncation)

@@ -121,6 +121,30 @@ def epsilon_greedy(q: jax.Array, mask: jax.Array | None, eps: jax.Array,
     return jnp.where(explore, random_action, greedy(q, mask)).astype(jnp.int32)
 
 
+def td_loss(kind: str, q: jax.Array, target: jax.Array, huber_delta: Any) -> jax.Array:
+    """Per-sample TD loss: ``huber`` (quadratic within ``huber_delta``, linear beyond) or
+    ``mse`` (0.5 x squared error)."""
+    if kind == "huber":
+        return optax.huber_loss(q - target, delta=huber_delta)
+    return 0.5 * jnp.square(q - target)
+
+
+def agent_parts(net: QNet, spec: EnvSpec) -> dict[str, Any]:
+    """The :class:`~jaxrl_dist.agents.base.Agent` fields every epsilon-greedy Q-learner shares:
+    its ``acting`` state is ``(params, epsilon)``; the deployed policy is greedy."""
+    def act(acting_state, carry, obs, mask, noise):
+        params, eps = acting_state
+        return epsilon_greedy(net.apply(params, obs), mask, eps, noise), carry, {}
+
+    def policy(params, obs, mask=None):
+        return greedy(net.apply(params, obs), mask)
+
+    return dict(init_params=net.init, init_carry=tuple,
+                noise=lambda key, t: exploration_noise(key, t, spec.action_dim),
+                act=act, env_action=lambda a: a, policy=policy,
+                policy_params=lambda train: train.params)
+
+
 def make_optimizer(c: Any, hp: dict[str, Any], learning_rate: Any = None
                    ) -> optax.GradientTransformation:
     """Gradient clipping (global norm or per element; none if max_grad_norm is null), then
