@@ -95,9 +95,9 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
 
         def train_steps(train):
             keys = jax.random.split(key, d.gradient_steps)
-            (train, _), (stats, gnorm, due) = jax.lax.scan(
-                lambda carry, k: gradient_step(hp, optimizer, shard_ids, carry, k),
-                (train, data), keys)
+            train, (stats, gnorm, due) = jax.lax.scan(
+                lambda train, k: gradient_step(hp, optimizer, data, shard_ids, train, k),
+                train, keys)
             return train, (jnp.mean(stats[:, 0]), jnp.mean(stats[:, 1]), jnp.mean(gnorm),
                            jnp.sum(due))
 
@@ -114,8 +114,7 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
                    "target_updates": target_updates}
         return train._replace(update=train.update + 1), data, metrics
 
-    def gradient_step(hp, optimizer, shard_ids, carry, key):
-        train, data = carry
+    def gradient_step(hp, optimizer, data, shard_ids, train, key):
         batch = replay_lib.sample(data, key, shard_ids, per_shard_batch, d.n_step, hp["gamma"])
         next_q_target = net.apply(train.target_params, batch.next_obs)
         if d.double:
@@ -143,7 +142,7 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
             lambda: train.target_params)
         train = train._replace(params=params, opt_state=opt_state, target_params=target_params,
                                gradient_steps=count)
-        return (train, data), (stats, grad_norm, due.astype(jnp.float32))
+        return train, (stats, grad_norm, due.astype(jnp.float32))
 
     return Agent(
         **qnet.agent_parts(net, spec), init=init, acting=acting, learn=learn, metrics=METRICS,
