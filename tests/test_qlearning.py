@@ -279,8 +279,9 @@ def test_population_member_is_its_single_run(tmp_path):
 BAD_CONFIG = [
     (dict(batch_size=128), ["dqn.buffer_size (64)", "smaller than one batch"]),
     (dict(learning_starts=1000, buffer_size=2000), ["learning_starts (1000)", "shorter than the run"]),
+    (dict(n_step=40, learning_starts=0, buffer_size=168), ["n_step (40)", "never learn"]),
     (dict(learning_starts=100), ["learning_starts (100)", "exceeds dqn.buffer_size"]),
-    (dict(n_step=20), ["too small for dqn.n_step (20)"]),
+    (dict(n_step=20), ["too small for dqn.n_step (20)", "at least 88"]),
     (dict(buffer_shards=3, batch_size=15), ["num_envs (4)", "dqn.buffer_shards (3)"]),
     (dict(batch_size=18), ["dqn.batch_size (18)", "dqn.buffer_shards (4)"]),
     (dict(buffer_size=60), ["multiple of num_envs x dqn.num_steps (8)"]),
@@ -307,6 +308,14 @@ def test_bad_pqn_config_and_shape_changing_sweeps():
         config_lib.from_dict({**DQN, "population": dict(sweep={"dqn.n_step": [1, 3]})})
     with pytest.raises(ConfigError, match="'pqn.num_steps' changes array shapes"):
         config_lib.from_dict({**PQN, "population": dict(sweep={"pqn.num_steps": [8, 16]})})
+
+
+def test_masked_environments_are_refused_until_targets_honour_masks():
+    from jaxrl_dist.envs import EnvSpec
+    spec = EnvSpec(adapter=None, name="masked", obs_shape=(4,), action_dim=3, continuous=False,
+                   masked=True)
+    with pytest.raises(EnvError, match="algo pqn does not support legal-action masks"):
+        qnet.require_discrete("pqn", spec)
 
 
 @pytest.mark.parametrize("base", [DQN, PQN], ids=["dqn", "pqn"])

@@ -103,20 +103,21 @@ def check_run(d: DQNConfig, config) -> None:
             f"({per_update}): the buffer stores whole updates; e.g. "
             f"{max(1, d.buffer_size // per_update) * per_update}")
     rows = d.buffer_size // envs
-    require(rows > d.n_step + d.num_steps,
+    require(rows > d.n_step,
             f"dqn.buffer_size ({d.buffer_size}) is too small for dqn.n_step ({d.n_step}): each "
-            f"environment needs more than n_step + num_steps = {d.n_step + d.num_steps} stored "
-            f"steps; raise it to at least {(d.n_step + d.num_steps + 1) * envs}")
+            f"environment needs more than n_step stored steps; raise it to at least "
+            f"{-(-(d.n_step + 1) * envs // per_update) * per_update}")
     require(d.buffer_size >= d.batch_size,
             f"dqn.buffer_size ({d.buffer_size}) is smaller than one batch (dqn.batch_size "
             f"{d.batch_size})")
     require(d.learning_starts <= d.buffer_size,
             f"dqn.learning_starts ({d.learning_starts}) exceeds dqn.buffer_size "
             f"({d.buffer_size}): the buffer could never hold the warm-up")
-    steps = (config.total_timesteps // per_update) * per_update
-    require(d.learning_starts < steps,
-            f"dqn.learning_starts ({d.learning_starts}) is not shorter than the run "
-            f"({steps} env steps): it would never learn; lower it or raise total_timesteps")
+    updates = config.total_timesteps // per_update
+    require(max(d.learning_starts, (d.n_step + 1) * envs) <= updates * per_update,
+            f"dqn.learning_starts ({d.learning_starts}) or dqn.n_step ({d.n_step}) is not "
+            f"shorter than the run ({updates * per_update} env steps): it would never learn; "
+            f"lower it or raise total_timesteps")
 
 
 register(Algorithm(

@@ -74,7 +74,7 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         return train, data
 
     def acting(train):
-        steps = train.update * per_update
+        steps = train.update.astype(jnp.float32) * per_update   # int32 would overflow at 2^31
         eps = qnet.epsilon(hp_of(train), d.epsilon_schedule, steps)
         # warm-up: uniformly random actions (as rejax and DI-engine collect their first data)
         return train.params, jnp.where(steps < d.learning_starts, 1.0, eps)
@@ -91,6 +91,9 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         rows_filled = jax.lax.pmin(data.rows[0], axis)
         transitions = rows_filled * (sizes.local_envs * devices)
         learning = (transitions >= d.learning_starts) & (rows_filled > d.n_step)
+        if layout.members:   # the same for every member (nothing it depends on is swept):
+            # agreed over them, so the cond stays a branch, not a select running both sides
+            learning = jax.lax.pmin(learning.astype(jnp.int32), layout.member_vmap_axis) > 0
         optimizer = qnet.make_optimizer(d, hp)
 
         def train_steps(train):

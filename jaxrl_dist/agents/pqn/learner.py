@@ -77,7 +77,7 @@ def make_agent(p: PQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
 
     def acting(train):
         return train.params, qnet.epsilon(hp_of(train.hparams), p.epsilon_schedule,
-                                          train.update * per_update)
+                                          train.update.astype(jnp.float32) * per_update)
 
     def td_loss(hp, q, target):
         return qnet.td_loss(p.loss, q, target, hp["huber_delta"])

@@ -67,6 +67,9 @@ def require_discrete(algo: str, spec: EnvSpec) -> None:
     if spec.continuous:
         raise EnvError(f"algo {algo} needs a discrete action space, but {spec.name} has "
                        f"continuous actions (size {spec.action_dim}); use algo: ppo for it")
+    if spec.masked:   # the targets' max over next actions would include illegal ones
+        raise EnvError(f"algo {algo} does not support legal-action masks yet ({spec.name} has "
+                       f"them): its targets would bootstrap from illegal actions; use algo: ppo")
 
 
 def make_q_network(config: QNetworkConfig, spec: EnvSpec) -> QNet:
@@ -151,7 +154,7 @@ def make_optimizer(c: Any, hp: dict[str, Any], learning_rate: Any = None
     Adam (or RAdam, if the section has ``optimizer: radam``). Built inside the program when ``hp`` holds a member's swept (traced) values."""
     make = optax.radam if getattr(c, "optimizer", "adam") == "radam" else optax.adam
     adam = make(hp["learning_rate"] if learning_rate is None else learning_rate, eps=c.adam_eps)
-    if c.max_grad_norm is None:
+    if hp["max_grad_norm"] is None:   # null and not swept: no clipping
         return adam
     clip = optax.clip_by_global_norm if c.grad_clip == "global_norm" else optax.clip
     return optax.chain(clip(hp["max_grad_norm"]), adam)
