@@ -116,6 +116,27 @@ def params_of(run_dir):
     return state["train"]["params"], meta
 
 
+def train_in_process(config, num_devices):
+    """``config``'s learner on this process's first ``num_devices`` devices, every update:
+    (final state, each call's metrics read back to the host)."""
+    import jax
+
+    from jaxrl_dist import sharding
+    from jaxrl_dist import sizes as sizes_lib
+    from jaxrl_dist.agents import make_learner
+    from jaxrl_dist.envs import make_env
+
+    mesh = sharding.make_mesh(jax.devices()[:num_devices])
+    sizes = sizes_lib.derive_sizes(config, num_devices)
+    learner = make_learner(config, sizes, make_env(config.env), mesh)
+    state = learner.init(jax.random.PRNGKey(config.seed))
+    rows = []
+    for _ in range(sizes.num_updates // config.updates_per_call):
+        state, metrics = learner.update(state, config.updates_per_call)
+        rows.append(sharding.to_host(metrics))
+    return state, rows
+
+
 def max_rel_diff(a, b):
     import jax
     return max(jax.tree.leaves(jax.tree.map(

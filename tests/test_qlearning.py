@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import max_rel_diff
+from helpers import max_rel_diff, train_in_process
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import population, sharding
 from jaxrl_dist import sizes as sizes_lib
@@ -169,14 +169,7 @@ def test_gradient_is_the_global_batch_mean(num_devices):
 
 
 def _train_params(config, num_devices):
-    mesh = sharding.make_mesh(jax.devices()[:num_devices])
-    sizes = sizes_lib.derive_sizes(config, num_devices)
-    learner = make_learner(config, sizes, make_env(config.env), mesh)
-    state = learner.init(jax.random.PRNGKey(config.seed))
-    rows = []
-    for _ in range(sizes.num_updates // config.updates_per_call):
-        state, metrics = learner.update(state, config.updates_per_call)
-        rows.append(sharding.to_host(metrics))
+    state, rows = train_in_process(config, num_devices)
     return sharding.to_host(state.train.params), rows, state
 
 

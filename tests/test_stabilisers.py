@@ -8,24 +8,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from helpers import TINY
+from helpers import TINY, train_in_process
 from jaxrl_dist import config as config_lib
-from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist import running_stats, sharding
-from jaxrl_dist.agents import make_learner
-from jaxrl_dist.envs import make_env
 
 
 def _train(overrides, num_devices):
     config = config_lib.from_dict({**TINY, "ppo": {**TINY["ppo"], **overrides}})
-    mesh = sharding.make_mesh(jax.devices()[:num_devices])
-    sizes = sizes_lib.derive_sizes(config, num_devices)
-    programs = make_learner(config, sizes, make_env(config.env), mesh)
-    state = programs.init(jax.random.PRNGKey(config.seed))
-    rows = []
-    for _ in range(sizes.num_updates // config.updates_per_call):
-        state, metrics = programs.update(state, config.updates_per_call)
-        rows.append(sharding.to_host(metrics))
+    state, rows = train_in_process(config, num_devices)
     metrics = jax.tree.map(lambda *x: np.concatenate(x), *rows)
     return sharding.to_host(state.train), metrics
 

@@ -6,7 +6,7 @@ import numpy as np
 import optax
 import pytest
 
-from helpers import TINY
+from helpers import TINY, train_in_process
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist import sharding
@@ -109,14 +109,8 @@ def test_grad_of_local_loss_is_the_device_sum_the_trap(setup):
 
 
 def _train_params(config, num_devices):
-    mesh = sharding.make_mesh(jax.devices()[:num_devices])
-    sizes = sizes_lib.derive_sizes(config, num_devices)
-    programs = make_learner(config, sizes, make_env(config.env), mesh)
-    state = programs.init(jax.random.PRNGKey(config.seed))
-    metrics = None
-    for _ in range(sizes.num_updates // config.updates_per_call):
-        state, metrics = programs.update(state, config.updates_per_call)
-    return sharding.to_host(state.train.params), sharding.to_host(metrics), state
+    state, rows = train_in_process(config, num_devices)
+    return sharding.to_host(state.train.params), rows[-1], state
 
 
 @pytest.mark.slow

@@ -48,6 +48,7 @@ class TrainState(NamedTuple):
 def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Agent:
     qnet.require_discrete("dqn", spec)
     net = qnet.make_q_network(d.network, spec)
+    td_loss = qnet.make_td_loss(net, d.loss)
     axis, devices = layout.data_axis, layout.data_size
     if d.buffer_shards % devices:
         raise ConfigError(
@@ -78,9 +79,6 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         eps = qnet.epsilon(hp_of(train), d.epsilon_schedule, steps)
         # warm-up: uniformly random actions (as rejax and DI-engine collect their first data)
         return train.params, jnp.where(steps < d.learning_starts, 1.0, eps)
-
-    def td_loss(hp, q, target):
-        return qnet.td_loss(d.loss, q, target, hp["huber_delta"])
 
     def learn(train, data, trajectory: Trajectory, key):
         steps = trajectory.steps
@@ -131,12 +129,8 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         next_value = jnp.take_along_axis(next_q_target, next_action[:, None], 1)[:, 0]
         target = jax.lax.stop_gradient(batch.reward + batch.discount * next_value)
 
-        def loss_fn(params):
-            q = jnp.take_along_axis(net.apply(params, batch.obs), batch.action[:, None], 1)[:, 0]
-            loss = jnp.mean(td_loss(hp, q, target))
-            return loss, jnp.stack([loss, jnp.mean(q)])
-
-        grads, stats, grad_norm = qnet.global_mean_grad(loss_fn, train.params, axis)
+        grads, stats, grad_norm = qnet.global_mean_grad(
+            td_loss, train.params, axis, batch.obs, batch.action, target, hp["huber_delta"])
         updates, opt_state = optimizer.update(grads, train.opt_state, train.params)
         params = optax.apply_updates(train.params, updates)
         count = train.gradient_steps + 1

@@ -56,6 +56,7 @@ def q_lambda_targets(reward: jax.Array, next_q: jax.Array, terminated: jax.Array
 def make_agent(p: PQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Agent:
     qnet.require_discrete("pqn", spec)
     net = qnet.make_q_network(p.network, spec)
+    td_loss = qnet.make_td_loss(net, p.loss)
     axis, M, U = layout.data_axis, p.num_minibatches, p.update_epochs
     per_update = sizes.batch_size            # global env steps per update
     sgd_steps = sizes.num_updates * U * M
@@ -79,9 +80,6 @@ def make_agent(p: PQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         return train.params, qnet.epsilon(hp_of(train.hparams), p.epsilon_schedule,
                                           train.update.astype(jnp.float32) * per_update)
 
-    def td_loss(hp, q, target):
-        return qnet.td_loss(p.loss, q, target, hp["huber_delta"])
-
     def learn(train: TrainState, data: Any, trajectory: Trajectory, key: jax.Array):
         steps = trajectory.steps
         T, E = steps.reward.shape
@@ -104,14 +102,8 @@ def make_agent(p: PQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
 
         def sgd_step(carry, mb):
             params, opt_state = carry
-            obs, action, target = mb
-
-            def loss_fn(params):
-                q = jnp.take_along_axis(net.apply(params, obs), action[:, None], 1)[:, 0]
-                loss = jnp.mean(td_loss(hp, q, target))
-                return loss, jnp.stack([loss, jnp.mean(q)])
-
-            grads, stats, grad_norm = qnet.global_mean_grad(loss_fn, params, axis)
+            grads, stats, grad_norm = qnet.global_mean_grad(td_loss, params, axis, *mb,
+                                                            hp["huber_delta"])
             updates, opt_state = opt.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), (stats, grad_norm)
 
@@ -123,9 +115,9 @@ def make_agent(p: PQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
             epoch, (train.params, train.opt_state), perms)
         sums = jax.lax.psum({**rollout.episode_sums(steps), "target": jnp.sum(targets)}, axis)
         count = T * E * layout.data_size
-        metrics = {**{k: v for k, v in sums.items() if k != "target"},
-                   "loss": jnp.mean(stats[..., 0]), "q_mean": jnp.mean(stats[..., 1]),
-                   "target_mean": sums["target"] / count, "grad_norm": jnp.mean(grad_norm),
+        target_sum = sums.pop("target")
+        metrics = {**sums, "loss": jnp.mean(stats[..., 0]), "q_mean": jnp.mean(stats[..., 1]),
+                   "target_mean": target_sum / count, "grad_norm": jnp.mean(grad_norm),
                    "epsilon": acting(train)[1],
                    "learning_rate": schedule(hp)(train.update * U * M)}
         return TrainState(params, opt_state, train.key, train.update + 1, train.hparams), \

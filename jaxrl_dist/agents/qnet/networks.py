@@ -124,12 +124,19 @@ def epsilon_greedy(q: jax.Array, mask: jax.Array | None, eps: jax.Array,
     return jnp.where(explore, random_action, greedy(q, mask)).astype(jnp.int32)
 
 
-def td_loss(kind: str, q: jax.Array, target: jax.Array, huber_delta: Any) -> jax.Array:
-    """Per-sample TD loss: ``huber`` (quadratic within ``huber_delta``, linear beyond) or
-    ``mse`` (0.5 x squared error)."""
-    if kind == "huber":
-        return optax.huber_loss(q - target, delta=huber_delta)
-    return 0.5 * jnp.square(q - target)
+def make_td_loss(net: QNet, kind: str) -> Callable:
+    """(params, obs [B, *obs], action [B], target [B], huber_delta) -> (mean TD loss,
+    [loss, mean Q of the taken actions]), the loss of every Q-learner here: ``huber``
+    (quadratic within ``huber_delta``, linear beyond) or ``mse`` (0.5 x squared error)."""
+    def loss_fn(params, obs, action, target, huber_delta):
+        q = jnp.take_along_axis(net.apply(params, obs), action[:, None], 1)[:, 0]
+        if kind == "huber":
+            per_sample = optax.huber_loss(q - target, delta=huber_delta)
+        else:
+            per_sample = 0.5 * jnp.square(q - target)
+        loss = jnp.mean(per_sample)
+        return loss, jnp.stack([loss, jnp.mean(q)])
+    return loss_fn
 
 
 def agent_parts(net: QNet, spec: EnvSpec) -> dict[str, Any]:
