@@ -21,22 +21,24 @@ from __future__ import annotations
 from jaxrl_dist.errors import UserError
 
 import contextlib
-import logging
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 import jax
 
+from jaxrl_dist import faults
 from jaxrl_dist.types import ActorState, RunState
 
 # Config keys that may change between a run and its resumption: they steer bookkeeping only,
 # not what is computed. Everything else must match the checkpoint.
 RESUMABLE_CHANGES = ("updates_per_call", "checkpoint_every", "keep_checkpoints", "eval_every",
                      "eval_episodes", "target_return", "solved_return", "checkpoint_minutes",
-                     "check_replicas_every", "check_replicas_minutes", "compile_cache")
+                     "check_replicas_every", "check_replicas_minutes", "compile_cache",
+                     "max_nonfinite_skips")
 
 
 class CheckpointError(UserError):
@@ -46,7 +48,7 @@ class CheckpointError(UserError):
 def _ocp():
     import orbax.checkpoint as ocp
 
-    logging.getLogger("absl").setLevel(logging.ERROR)
+    faults.quiet_background_failures()
     return ocp
 
 
@@ -60,10 +62,12 @@ class Checkpointer:
         self.directory = Path(directory).absolute()
         self.saved = tuple(name for name, keep_it in saved._asdict().items() if keep_it)
         self.policy_params = policy_params
+        self._writing: int | None = None   # the step of the save in flight
         self._manager = ocp.CheckpointManager(
-            self.directory,
+            self.directory,   # tmp dirs of a save cut short (kill -9) are removed at start
             options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
-                                                 enable_async_checkpointing=True),
+                                                 enable_async_checkpointing=True,
+                                                 cleanup_tmp_directories=True),
             item_handlers={"state": ocp.StandardCheckpointHandler(),
                            "meta": ocp.JsonCheckpointHandler(),
                            "policy": ocp.StandardCheckpointHandler()})
@@ -74,7 +78,39 @@ class Checkpointer:
 
     def wait(self) -> None:
         """Block until a save in progress is complete on disk."""
-        self._manager.wait_until_finished()
+        self._guard(self._manager.wait_until_finished)
+        self._writing = None
+
+    def check(self) -> None:
+        """Raise now if a save running in the background has failed (cheap: no waiting)."""
+        self._guard(self._manager.check_for_errors)
+
+    def _guard(self, call: Callable[[], Any]) -> Any:
+        """Run an orbax call; a failed write becomes one :class:`faults.StorageError` line
+        naming the checkpoint, after its half-written directory is removed (the previous
+        complete checkpoint stays the latest)."""
+        try:
+            return call()
+        except Exception as e:   # orbax re-raises tensorstore's errors as ValueError
+            reason = faults.storage_reason(e)
+            if reason is None:
+                raise
+            step, self._writing = self._writing, None
+            with _muted_stderr():   # tensorstore writes still in flight fail and print
+                time.sleep(1.0)     # into orbax's closed event loop; let them settle first
+                removed = self._remove_partial()
+            what = f"checkpoint {step}" if step is not None else "a checkpoint"
+            raise faults.storage_error(
+                f"writing {what} to", self.directory, reason,
+                f" (the half-written {', '.join(removed)} was removed)" if removed else ""
+            ) from None
+
+    def _remove_partial(self) -> list[str]:
+        removed = []
+        for path in sorted(self.directory.glob("*.orbax-checkpoint-tmp*")):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(path.name)
+        return removed
 
     def save(self, state: RunState, meta: dict[str, Any]) -> None:
         """Save at step ``meta["updates"]`` (a collective: every process calls it)."""
@@ -85,7 +121,10 @@ class Checkpointer:
                      meta=ocp.args.JsonSave(meta))
         if self.policy_params is not None:
             items["policy"] = ocp.args.StandardSave(self.policy_params(state.train))
-        self._manager.save(int(meta["updates"]), args=ocp.args.Composite(**items), force=True)
+        self.wait()   # the previous save's failure is reported as its own
+        self._writing = int(meta["updates"])
+        self._guard(lambda: self._manager.save(int(meta["updates"]),
+                                               args=ocp.args.Composite(**items), force=True))
 
     def restore(self, like: RunState) -> tuple[RunState, dict]:
         """Restore the latest checkpoint into the shapes and shardings of ``like`` (a state on
@@ -130,7 +169,7 @@ class Checkpointer:
         return set(getattr(tree, "tree", tree) or {})
 
     def close(self) -> None:
-        self._manager.wait_until_finished()
+        self.wait()
         self._manager.close()
 
 
@@ -139,6 +178,21 @@ def _without_empty(tree: Any) -> Any:
     have some, e.g. ``act`` of a model without activation states). They hold no data; restore
     takes them from the state it restores into."""
     return jax.tree.map(lambda x: None if x.size == 0 else x, tree)
+
+
+@contextlib.contextmanager
+def _muted_stderr() -> Iterator[None]:
+    sys.stderr.flush()
+    saved = os.dup(2)
+    sink = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(sink, 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(sink)
 
 
 @contextlib.contextmanager

@@ -82,6 +82,14 @@ class Config:
                                      default=0)
     check_replicas_minutes: float = _doc("wall-clock minutes between replica checks; 0 = off",
                                          default=5.0)
+    max_nonfinite_skips: int = _doc(
+        "an update whose loss, gradient or new parameters are not finite is skipped (its "
+        "changes dropped, counted as nonfinite_skipped); this many in a row stop the run with "
+        "an error (exit 65) naming them and the last checkpoint", default=10)
+    matmul_precision: str = _doc(
+        "float32 matmuls and convolutions: 'default' = the backend's (TF32 on Ampere/Hopper "
+        "GPUs, full float32 on CPUs), 'float32' (full, to compare a GPU with a CPU), "
+        "'tensorfloat32' or 'bfloat16'; recorded in the summary", default="default")
     compile_cache: str | None = _doc("persistent XLA compilation cache shared by every run and "
                                      "process on this machine; 'auto' = $JAXRL_DIST_CACHE, else "
                                      "$XDG_CACHE_HOME/jaxrl_dist/xla, else "
@@ -100,6 +108,9 @@ class Config:
     def algorithm(self) -> agents.Algorithm:
         return agents.get(self.algo)
 
+
+# jax_default_matmul_precision values offered ("default" leaves JAX's own choice).
+MATMUL_PRECISIONS = ("default", "float32", "tensorfloat32", "bfloat16")
 
 # Keys of the PPO section that older configs wrote at the top level; still read, and mapped.
 LEGACY_PPO_KEYS = ("num_steps", "network")
@@ -243,11 +254,14 @@ def check(config: Config) -> None:
     c = config
     _require(c.seed >= 0, f"seed must be >= 0, got {c.seed}")
     for name in ("num_envs", "total_timesteps", "updates_per_call",
-                 "keep_checkpoints", "eval_episodes"):
+                 "keep_checkpoints", "eval_episodes", "max_nonfinite_skips"):
         _require(getattr(c, name) >= 1, f"{name} must be >= 1, got {getattr(c, name)}")
     for name in ("checkpoint_every", "eval_every", "check_replicas_every", "checkpoint_minutes",
                  "check_replicas_minutes"):
         _require(getattr(c, name) >= 0, f"{name} must be >= 0 (0 = off), got {getattr(c, name)}")
+    _require(c.matmul_precision in MATMUL_PRECISIONS,
+             f"matmul_precision must be one of {', '.join(MATMUL_PRECISIONS)}, got "
+             f"{c.matmul_precision!r}")
     algorithm = c.algorithm
     steps = algorithm.steps_per_env(c.agent)
     _require(c.total_timesteps >= c.num_envs * steps,

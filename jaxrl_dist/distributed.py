@@ -148,6 +148,19 @@ def allgather(value: Any) -> np.ndarray:
     return np.asarray(multihost_utils.process_allgather(np.asarray(value)))
 
 
+def exchange_text(name: str, value: str, timeout_s: float = 120.0) -> list[str]:
+    """Every process's ``value``, by rank, through JAX's coordination service: no device
+    program runs, so it works where the devices could not run one together."""
+    if jax.process_count() == 1:
+        return [value]
+    from jax._src import distributed as jax_distributed
+
+    client = jax_distributed.global_state.client
+    client.key_value_set(f"jaxrl_dist/{name}/{jax.process_index()}", value)
+    return [client.blocking_key_value_get(f"jaxrl_dist/{name}/{rank}", int(timeout_s * 1000))
+            for rank in range(jax.process_count())]
+
+
 def allreduce_sum(value: Any) -> np.ndarray:
     """Sum of a host scalar/array over processes."""
     return allgather(value).sum(axis=0)

@@ -5,6 +5,7 @@ same, and the fingerprints that let a person compare runs. Each says what layout
 from __future__ import annotations
 
 import hashlib
+import os
 from typing import Any
 
 import jax
@@ -50,6 +51,39 @@ def _allgather_compare(values: list[int], names: list[str], what: str) -> None:
         if differ:
             raise RunError(f"processes disagree on the {name}: rank(s) {differ} differ from "
                            f"rank {held[0]}; {what}")
+
+
+# Test hook: "RANK:KIND" makes process RANK report devices of KIND (a CPU machine has one kind).
+FAKE_KIND_VAR = "JAXRL_FAKE_DEVICE_KIND"
+
+
+def local_device_kind() -> str:
+    """This process's device kind ("cpu", "NVIDIA H100 80GB HBM3", "TPU v5 lite", ...)."""
+    kinds = sorted({d.device_kind for d in jax.local_devices()})
+    rank, _, fake = os.environ.get(FAKE_KIND_VAR, "").partition(":")
+    if fake and rank == str(distributed.process_index()):
+        kinds = [fake]
+    if len(kinds) > 1:
+        raise RunError(f"process {distributed.process_index()} sees devices of different "
+                       f"kinds ({', '.join(kinds)}); XLA runs one program on one kind: make it "
+                       f"see one kind (CUDA_VISIBLE_DEVICES)")
+    return kinds[0]
+
+
+def check_device_kinds() -> str:
+    """Every process must have the same kind of device (XLA compiles one program for the
+    job; different GPU models cannot share it). Compared through the coordination service,
+    before any collective runs on the devices. Returns the kind."""
+    kinds = distributed.exchange_text("device_kind", local_device_kind())
+    groups: dict[str, list[int]] = {}
+    for rank, kind in enumerate(kinds):
+        groups.setdefault(kind, []).append(rank)
+    if len(groups) > 1:
+        described = "; ".join(f"rank(s) {', '.join(map(str, ranks))}: {kind}"
+                              for kind, ranks in groups.items())
+        raise RunError(f"processes have different device kinds ({described}); one program "
+                       f"cannot span different accelerators: run each kind as its own job")
+    return kinds[0]
 
 
 def check_processes_agree(config: Config) -> None:

@@ -17,12 +17,35 @@ import jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec as P
 
 from jaxrl_dist import rollout
-from jaxrl_dist.agents.base import Agent, check_aggregations, check_metrics
+from jaxrl_dist.agents.base import EPISODE_METRICS, Agent, check_aggregations, check_metrics
 from jaxrl_dist.envs import EnvSpec
 from jaxrl_dist.evaluate import make_eval_program
 from jaxrl_dist.sharding import Layout
 from jaxrl_dist.sizes import Sizes
 from jaxrl_dist.types import RunState, Trajectory
+
+
+# Counted by the programs for every learner: updates whose changes were dropped because a loss,
+# a gradient or the new parameters were not finite.
+SKIPPED = "nonfinite_skipped"
+
+
+def keep_finite(before: Any, after: Any, metrics: dict[str, jax.Array]
+                ) -> tuple[Any, dict[str, jax.Array]]:
+    """``after`` if the update's learning metrics and new parameters are all finite, else
+    ``before`` with only the update counter advanced, plus the :data:`SKIPPED` flag.
+
+    The flag is computed from values every device of a member holds identically (metrics are
+    reduced over the data axis; parameters are replicated), so every process takes the same
+    decision without another collective. NaN or infinite gradients reach the parameters
+    through any optax optimizer, so checking the parameters covers them. A select, not a
+    ``cond``: it fuses into the optimizer's last elementwise pass."""
+    watched = [jnp.all(jnp.isfinite(v)) for k, v in metrics.items() if k not in EPISODE_METRICS]
+    watched += [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(after.params)
+                if jnp.issubdtype(x.dtype, jnp.inexact)]
+    ok = jnp.all(jnp.stack(watched)) if watched else jnp.bool_(True)
+    kept = jax.tree.map(lambda a, b: jnp.where(ok, a, b), after, before)
+    return kept._replace(update=after.update), {**metrics, SKIPPED: (~ok).astype(jnp.float32)}
 
 
 def as_layout(layout: Layout | Mesh) -> Layout:
@@ -53,6 +76,7 @@ class Learner(NamedTuple):
     init_program: Any                 # jit behind init, to .lower() with options of one's own
     agent: Agent
     specs: RunState                   # each slot's PartitionSpec
+    metrics: dict[str, str]           # what update/learn report: the agent's + SKIPPED
 
 
 class RunSettings(NamedTuple):
@@ -93,9 +117,10 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         return actors, Trajectory(steps, actors.env.obs)
 
     def learn_local(train, data, trajectory, key):
-        train, data, metrics = agent.learn(train, data, trajectory, key)
+        learned, data, metrics = agent.learn(train, data, trajectory, key)
         check_metrics(agent, metrics)
-        return train, data, metrics
+        learned, metrics = keep_finite(train, learned, metrics)
+        return learned, data, metrics
 
     def one_update(state: RunState, _):
         key, key_act, key_learn = jax.random.split(state.train.key, 3)
@@ -164,4 +189,4 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
     evaluate = make_eval_program(agent, spec, layout, settings.eval_episodes,
                                  settings.eval_deterministic)
     return Learner(init, update, learn, collect, evaluate, abstract_state, layout, init_program,
-                   agent, specs)
+                   agent, specs, {**agent.metrics, SKIPPED: "sum"})

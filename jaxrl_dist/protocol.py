@@ -18,7 +18,11 @@ from typing import Mapping
 LAUNCH_PREFIX = "JAXRL_LAUNCH_"
 
 EXIT_BAD_INPUT = 2     # one-line error: a flag, config value, address, path or checkpoint
+EXIT_DIVERGED = 65     # stopped: too many consecutive updates had non-finite values
+EXIT_STORAGE = 74      # a write of run files or checkpoints failed (disk full, permissions)
 EXIT_PREEMPTED = 75    # stopped on SIGTERM at an agreed update, state saved: resumable
+# Failures a restart cannot mend: the launcher's --max-restarts does not retry them.
+EXIT_NEEDS_A_PERSON = (EXIT_BAD_INPUT, EXIT_DIVERGED, EXIT_STORAGE)
 
 # Work around jaxlib 0.10.2's CPU runtime idling forever on small machines in long programs.
 CPU_SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import yaml
 
+from jaxrl_dist import faults
+
 _NOT_SCALARS = ("env_steps", "member")
 # Fields of the row's head, the same for every member of a call: a population logs them once.
 _SHARED = ("updates", "sps", "time_s")
@@ -71,8 +73,12 @@ def truncate_metrics(path: Path, max_updates: int) -> None:
     kept = [line for line in path.read_text().splitlines()
             if line.strip() and json.loads(line).get("updates", 0) <= max_updates]
     tmp = path.with_suffix(".jsonl.tmp")
-    tmp.write_text("".join(line + "\n" for line in kept))
-    tmp.replace(path)
+    try:
+        with faults.writing("rewriting", path):
+            tmp.write_text("".join(line + "\n" for line in kept))
+            tmp.replace(path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 class NullReporter:
@@ -109,13 +115,23 @@ class RunReporter(NullReporter):
         self._metrics = None
 
     def start(self, config_dict: dict[str, Any], env_steps: int = 0) -> None:
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        (self.run_dir / "config.yaml").write_text(
-            yaml.safe_dump(config_dict, sort_keys=False))
-        self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
-        from tensorboardX import SummaryWriter
-        self._tb = SummaryWriter(str(self.run_dir / "tb"), flush_secs=10)
+        with faults.writing("writing", self.run_dir / "config.yaml"):
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            (self.run_dir / "config.yaml").write_text(
+                yaml.safe_dump(config_dict, sort_keys=False))
+        with faults.writing("opening", self.run_dir / "metrics.jsonl"):
+            self._metrics = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
+        faults.watch_threads()   # TensorBoard writes on a thread of its own
+        self._tb = self._summary_writer(self.run_dir / "tb", flush_secs=10)
         self._initial_steps = env_steps
+
+    @staticmethod
+    def _summary_writer(path: Path, flush_secs: int):
+        """A TensorBoard writer whose queue never fills between two of our fault checks: its
+        thread dies on a failed write, and a put into a full queue would then wait forever."""
+        from tensorboardX import SummaryWriter
+        with faults.writing("writing TensorBoard events to", path):
+            return SummaryWriter(str(path), flush_secs=flush_secs, max_queue=10_000)
 
     def _progress_bar(self):
         if self._bar is None and self.progress:
@@ -133,15 +149,16 @@ class RunReporter(NullReporter):
         if member is None:
             return self._tb
         if member not in self._member_tb:
-            from tensorboardX import SummaryWriter
-            self._member_tb[member] = SummaryWriter(
-                str(self.run_dir / "tb" / f"member_{member:03d}"), flush_secs=30)
+            self._member_tb[member] = self._summary_writer(
+                self.run_dir / "tb" / f"member_{member:03d}", flush_secs=30)
         return self._member_tb[member]
 
     def log(self, row: dict[str, Any]) -> None:
         """One metrics row (a population logs one row per member, with a ``member`` key)."""
+        faults.raise_thread_fault("writing TensorBoard events to", self.run_dir / "tb")
         row = {k: _clean(v) for k, v in row.items()}
-        self._metrics.write(json.dumps(row, allow_nan=False) + "\n")
+        with faults.writing("writing", self.run_dir / "metrics.jsonl"):
+            self._metrics.write(json.dumps(row, allow_nan=False) + "\n")
         member = row.get("member")
         if self._tb is not None and (member is None or member < self.member_runs):
             self._scalars(self._writer(member), row)
@@ -189,15 +206,22 @@ class RunReporter(NullReporter):
     def finish(self, summary: dict[str, Any]) -> None:
         if self._bar is not None:
             self._bar.close()
-        for writer in [self._tb, *self._member_tb.values()]:
-            if writer is not None:
-                writer.close()
+        with faults.writing("writing TensorBoard events to", self.run_dir / "tb"):
+            for writer in [self._tb, *self._member_tb.values()]:
+                if writer is not None:
+                    writer.close()
+        faults.raise_thread_fault("writing TensorBoard events to", self.run_dir / "tb")
         if self._metrics is not None:
-            self._metrics.close()
+            with faults.writing("writing", self.run_dir / "metrics.jsonl"):
+                self._metrics.close()
         summary = {k: _clean(v) for k, v in summary.items()}
         tmp = self.run_dir / "summary.json.tmp"
-        tmp.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
-        tmp.replace(self.run_dir / "summary.json")
+        try:
+            with faults.writing("writing", self.run_dir / "summary.json"):
+                tmp.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
+                tmp.replace(self.run_dir / "summary.json")
+        finally:
+            tmp.unlink(missing_ok=True)
 
 
 def postfix(rows: list[dict[str, Any]]) -> dict[str, str]:

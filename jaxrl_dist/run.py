@@ -47,6 +47,9 @@ class Run:
     cache: dict[str, Any] = field(default_factory=dict)   # compile cache dir, hits, misses
     policy_record: dict[str, Any] = field(default_factory=dict)   # see jaxrl_dist.policy
     compile_programs: dict[str, float] = field(default_factory=dict)   # s, trace+lower+compile
+    device_kind: str = ""
+    last_checkpoint: int | None = None   # step of the latest complete checkpoint at the end
+    watch: Any = None   # faults.DivergenceWatch: streaks of updates skipped as non-finite
 
     def meta(self) -> dict[str, Any]:
         return {"updates": self.updates_done,

@@ -10,6 +10,7 @@ import jax
 
 import jaxrl_dist
 from jaxrl_dist import distributed, population
+from jaxrl_dist.programs import SKIPPED
 from jaxrl_dist.types import RunState
 
 if TYPE_CHECKING:
@@ -40,7 +41,10 @@ def build(run: Run, stats: list[tuple[float, str]]) -> dict[str, Any]:
                                     if r.get("member", 0) == m
                                     and r["episode_return"] is not None), default=None),
                 "eval_return": last["eval/return_mean"][m] if last else None,
-                "eval_return_std": last["eval/return_std"][m] if last else None}
+                "eval_return_std": last["eval/return_std"][m] if last else None,
+                # updates dropped as non-finite (a diverged run stopped on them)
+                "nonfinite_skipped": int(sum(r.get(SKIPPED) or 0 for r in run.rows
+                                             if r.get("member", 0) == m))}
 
     steps_this_session = (run.updates_done - run.first_update) * sizes.batch_size
     summary = {
@@ -56,7 +60,11 @@ def build(run: Run, stats: list[tuple[float, str]]) -> dict[str, Any]:
         "algo": c.algo, "checkpointed": list(run.checkpointer.saved),
         # slots a resumed run started afresh (e.g. a replay buffer left out: refilled)
         "rebuilt_on_resume": rebuilt_on_resume(run),
+        # why the run (or, in a population, each member) stopped on non-finite updates
+        "diverged": ({str(m): why for m, why in run.watch.diverged.items()}
+                     if run.watch is not None and run.watch.diverged else None),
         "num_devices": layout.mesh.size, "num_processes": distributed.process_count(),
+        "device_kind": run.device_kind, "matmul_precision": c.matmul_precision,
         "jax_version": jax.__version__, "jaxrl_dist_version": jaxrl_dist.__version__,
         "run_dir": str(run.run_dir),
     }

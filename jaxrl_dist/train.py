@@ -1,7 +1,9 @@
 """python -m jaxrl_dist.train CONFIG [--set KEY=VALUE ...] [--run-dir DIR] [--cpu-devices N]
 
 Train the config's algorithm (``algo:``, PPO by default) on every device this process (and,
-when launched by ``jaxrl_dist.launch``, every process of the job) can see. Bad input ends with one line on stderr and exit code 2.
+when launched by ``jaxrl_dist.launch``, every process of the job) can see. Bad input ends with one line on stderr and exit code 2;
+divergence (too many non-finite updates) with 65; a failed write (disk full, permissions) with
+74; a stop on SIGTERM, saved and resumable, with 75.
 
 This module imports jax only after parsing the command line: ``--cpu-devices`` works by setting
 XLA_FLAGS, which jax reads once when it starts.
@@ -86,11 +88,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         summary = train(config, args.run_dir, resume=args.resume,
                         progress=not args.no_progress)
-    except UserError as e:
+    except UserError as e:   # bad input, divergence, a failed write: one line, its own code
         if distributed.process_count() > 1:  # leave without waiting at the shutdown barrier
             print(f"error: {e}", file=sys.stderr, flush=True)
-            distributed.fail_fast(SystemExit(EXIT_BAD_INPUT))
-        return _bad_input(e)
+            distributed.fail_fast(SystemExit(e.exit_code))
+        _bad_input(e)
+        return e.exit_code
     except BaseException as e:  # noqa: BLE001 - a failing worker must not wait at the barrier
         distributed.write_error_file(e)
         if distributed.process_count() > 1:

@@ -18,13 +18,15 @@ from typing import Any, Sequence
 import jax
 import numpy as np
 
-from jaxrl_dist import compile_cache, distributed, integrity, population, reporting, rundir
+from jaxrl_dist import compile_cache, distributed, faults, integrity, population, reporting
+from jaxrl_dist import rundir
 from jaxrl_dist import policy as policy_lib
 from jaxrl_dist import summary as summary_lib
 from jaxrl_dist import config as config_lib
-from jaxrl_dist import sharding
+from jaxrl_dist import programs, sharding
 from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist.agents import make_learner
+from jaxrl_dist.agents.base import EPISODE_METRICS
 from jaxrl_dist.checkpoint import CheckpointError, Checkpointer, check_compatible
 from jaxrl_dist.config import Config, ConfigError
 from jaxrl_dist.envs import from_config as make_env_from_config
@@ -55,14 +57,26 @@ def train(
     distributed.initialize()
     restore_signals = distributed.install_worker_hooks()
     try:
-        before = compile_cache.counts()
-        run = setup(config, run_dir, resume, env, env_params, devices, progress, start)
-        run.cache = {"dir": str(cache_dir) if cache_dir else None,
-                     **{k: v - before[k] for k, v in compile_cache.counts().items()}}
-        loop(run)
-        return summarize(run)
+        with matmul_precision(config):   # every program is traced inside
+            before = compile_cache.counts()
+            run = setup(config, run_dir, resume, env, env_params, devices, progress, start)
+            run.cache = {"dir": str(cache_dir) if cache_dir else None,
+                         **{k: v - before[k] for k, v in compile_cache.counts().items()}}
+            loop(run)
+        summary = summarize(run)
+        if run.status == "diverged":
+            raise faults.TrainingDiverged(faults.diverged_message(
+                run.watch.tripped, run.checkpointer.directory, run.last_checkpoint))
+        return summary
     finally:
         restore_signals()
+
+
+def matmul_precision(config: Config):
+    """The context the run's programs are traced in: float32 matmuls and convolutions at
+    ``config.matmul_precision`` ("default": JAX's own, TF32 on recent NVIDIA GPUs)."""
+    value = config.matmul_precision
+    return jax.default_matmul_precision(None if value == "default" else value)
 
 
 # ---------------------------------------------------------------------------------- SETUP
@@ -75,6 +89,7 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
                                   pop.member_devices)
     sizes = sizes_lib.derive_sizes(config, layout.data_size)
     spec = make_env_from_config(config, env, env_params)
+    device_kind = integrity.check_device_kinds()
     integrity.check_processes_agree(config)
     learner = make_learner(config, sizes, spec, layout)   # before the run dir: bad input first
     if resume and run_dir is None:
@@ -152,7 +167,11 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
               time.perf_counter() - compile_start, start,
               policy_record=policy_lib.record(config.algo, config_lib.to_dict(config)[config.algo],
                                               spec),
-              compile_programs={k: round(v, 3) for k, v in seconds.items()})
+              compile_programs={k: round(v, 3) for k, v in seconds.items()},
+              device_kind=device_kind,
+              watch=faults.DivergenceWatch(config.max_nonfinite_skips, layout.members,
+                                           programs.SKIPPED, tuple(EPISODE_METRICS),
+                                           say=reporter.message))
     if not resume:
         checkpointer.save(state, run.meta())  # a restart always has a checkpoint to resume from
     reporter.start(config_lib.to_dict(config), env_steps=updates_done * sizes.batch_size)
@@ -213,15 +232,20 @@ def loop(run: Run) -> None:
         if "evaluate" in fired or last_call:
             flush()                      # the eval is logged on its own update's row
         distributed.maybe_inject_fault(run.updates_done)
+        run.checkpointer.check()   # a background save that failed ends the run now
         if _should_stop(run, call_index, saved="checkpoint" in fired):
             break
     flush()
+    if run.watch.tripped is not None:   # in the last call's metrics
+        run.status = "diverged"
     jax.block_until_ready(run.state)
     run.loop_time = time.perf_counter() - loop_start
     run.hooks = hooks.describe()
-    if run.status != "preempted" and run.checkpointer.latest_step() != run.updates_done:
+    if run.status not in ("preempted", "diverged") and \
+            run.checkpointer.latest_step() != run.updates_done:
         run.checkpointer.save(run.state, run.meta())
     integrity.check_replicas(run.state.train.params, run.layout)
+    run.last_checkpoint = run.checkpointer.latest_step()
     run.checkpointer.close()
 
 
@@ -251,7 +275,12 @@ def _evaluate(run: Run, updates: int) -> dict[str, Any]:
 
 
 def _should_stop(run: Run, call_index: int, saved: bool) -> bool:
-    """Preemption (agreed by every process; saved before stopping) or the target reached."""
+    """Preemption (agreed by every process; saved before stopping), divergence (agreed: read
+    from global metrics; not saved, the latest checkpoint stays the last one before it) or
+    the target reached."""
+    if run.watch.tripped is not None:
+        run.status = "diverged"
+        return True
     if distributed.should_stop(call_index):
         if not saved:
             run.checkpointer.save(run.state, run.meta())
@@ -271,8 +300,9 @@ def _log(run: Run, metrics: Any, updates: int, sps: float, result: dict | None) 
     """One row per member: metrics of one call (and an evaluation made right after it)."""
     head = {"env_steps": updates * run.sizes.batch_size, "updates": updates,
             "sps": sps * (run.layout.members or 1), "time_s": time.perf_counter() - run.start}
-    rows = reporting.member_rows(head, run.layout.to_host(metrics), run.layout.members, result,
-                                 run.learner.agent.metrics)
+    host = run.layout.to_host(metrics)
+    run.watch.observe(host, updates)
+    rows = reporting.member_rows(head, host, run.layout.members, result, run.learner.metrics)
     if run.layout.members:
         run.reporter.log_population(rows)
     else:
@@ -285,6 +315,14 @@ def _log(run: Run, metrics: Any, updates: int, sps: float, result: dict | None) 
 
 def summarize(run: Run) -> dict[str, Any]:
     summary = summary_lib.build(run, integrity.member_stats(run.state.train.params, run.layout))
+    skipped = int(run.watch.total.sum())
+    if skipped and run.status != "diverged":
+        members = sorted(run.watch.diverged)
+        run.reporter.message(
+            f"{skipped} update(s) had non-finite values and were skipped (metric "
+            f"{programs.SKIPPED}); the run went on from the last finite parameters"
+            + (f"; member(s) {', '.join(map(str, members))} diverged (summary.json: diverged)"
+               if members else ""))
     run.reporter.finish(summary)
     return summary
 

@@ -39,6 +39,8 @@ BAD = [  # (argv, words the one-line message must contain)
     ([DQN, "--set", "dqn.buffer_shards=4"], ["num_envs (10)", "dqn.buffer_shards (4)"]),
     ([DQN, "--set", "population.sweep={dqn.n_step: [1, 3]}"], ["dqn.n_step", "shapes"]),
     ([CFG, "--set", "algo=[1]"], ["algo", "string"]),
+    ([CFG, "--set", "matmul_precision=fast"], ["matmul_precision", "float32", "'fast'"]),
+    ([CFG, "--set", "max_nonfinite_skips=0"], ["max_nonfinite_skips", ">= 1"]),
     ([CFG, "--set", "num_envs"], ["KEY=VALUE"]),
     (["missing.yaml"], ["not found", "missing.yaml"]),
     ([], ["CONFIG"]),

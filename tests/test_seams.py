@@ -117,7 +117,7 @@ def test_learn_without_collecting_is_the_fused_update():
     fused, fused_metrics = learner.update(learner.init(key), 1)
     assert max_rel_diff(sharding.to_host(train_state.params),
                         sharding.to_host(fused.train.params)) <= 1e-6
-    assert set(metrics) == set(learner.agent.metrics) == set(fused_metrics)
+    assert set(metrics) == set(learner.metrics) == set(fused_metrics)
     np.testing.assert_array_equal(np.asarray(actors.env.obs), np.asarray(fused.actors.env.obs))
 
 

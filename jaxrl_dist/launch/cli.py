@@ -87,7 +87,8 @@ _OPTIONS = [
     ("--kill-grace", float, 5.0, "seconds between SIGTERM and SIGKILL when tearing down"),
     ("--stop-grace", float, 30.0, "seconds workers get to stop after a forwarded signal"),
     ("--log-dir", str, None, "per-rank logs (default RUN_DIR/logs or runs/logs/TIME)"),
-    ("--max-restarts", int, 0, "restart all local workers (with --resume) up to N times"),
+    ("--max-restarts", int, 0, "restart all local workers (with --resume) up to N times; not "
+                               "after bad input, divergence or a failed write (exit 2, 65, 74)"),
 ]
 
 

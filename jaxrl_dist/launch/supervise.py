@@ -19,7 +19,7 @@ from jaxrl_dist.launch.cli import LaunchConfig, LaunchError, parse_args
 from jaxrl_dist.launch.plan import (WorkerSpec, banner, check_port_free, describe, is_loopback,
                                     pick_free_port, plan)
 from jaxrl_dist.launch.worker import Worker, describe_exit, log_tail
-from jaxrl_dist.protocol import EXIT_BAD_INPUT, EXIT_PREEMPTED
+from jaxrl_dist.protocol import EXIT_BAD_INPUT, EXIT_NEEDS_A_PERSON, EXIT_PREEMPTED
 
 
 @dataclass
@@ -157,8 +157,9 @@ class Supervisor:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """0, 2 on bad input, 75 when stopped resumably (schedulers requeue on it), else the
-    failed rank's code (128+N for signal N; 1 for a hang or an early clean exit)."""
+    """0, 2 on bad input, 65 when training diverged, 74 when a write failed, 75 when stopped
+    resumably (schedulers requeue on it), else the failed rank's code (128+N for signal N; 1
+    for a hang or an early clean exit). 2, 65 and 74 are never restarted."""
     try:
         cfg = parse_args(argv)
         if not cfg.auto and cfg.coordinator_port is None:
@@ -188,6 +189,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return outcome.code
         supervisor.report(outcome)
         if restarts >= cfg.max_restarts or supervisor.signals:
+            return outcome.code
+        if outcome.code in EXIT_NEEDS_A_PERSON:   # bad input, divergence, a failed write
+            supervisor.say(f"not restarting: exit code {outcome.code} is a failure a restart "
+                           f"would repeat (see the error above)")
             return outcome.code
         restarts += 1
         supervisor.say(f"restarting all local workers ({restarts}/{cfg.max_restarts}), "
