@@ -38,13 +38,14 @@ def keep_finite(before: Any, after: Any, metrics: dict[str, jax.Array]
     The flag is computed from values every device of a member holds identically (metrics are
     reduced over the data axis; parameters are replicated), so every process takes the same
     decision without another collective. NaN or infinite gradients reach the parameters
-    through any optax optimizer, so checking the parameters covers them. A select, not a
-    ``cond``: it fuses into the optimizer's last elementwise pass."""
+    through any optax optimizer, so checking the parameters covers them. A ``cond`` rather
+    than a select per leaf: measured cheaper on CartPole's small update (under a population's
+    vmap it becomes the select)."""
     watched = [jnp.all(jnp.isfinite(v)) for k, v in metrics.items() if k not in EPISODE_METRICS]
     watched += [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(after.params)
                 if jnp.issubdtype(x.dtype, jnp.inexact)]
     ok = jnp.all(jnp.stack(watched)) if watched else jnp.bool_(True)
-    kept = jax.tree.map(lambda a, b: jnp.where(ok, a, b), after, before)
+    kept = jax.lax.cond(ok, lambda a, b: a, lambda a, b: b, after, before)
     return kept._replace(update=after.update), {**metrics, SKIPPED: (~ok).astype(jnp.float32)}
 
 

@@ -36,6 +36,10 @@ from jaxrl_dist.run import Run
 
 param_stats = integrity.param_stats
 
+# Seconds between polls for a failed background checkpoint write (orbax's check waits for its
+# metadata writes, so not after every call); the next save or the end would report it anyway.
+CHECK_WRITES_S = 5.0
+
 
 def train(
     config: Config,
@@ -212,6 +216,7 @@ def loop(run: Run) -> None:
         distributed.heartbeat()
 
     loop_start = time.perf_counter()
+    checked = [loop_start]
     distributed.heartbeat()
     for call_index, n in enumerate(sizes_lib.calls(sizes, run.updates_done)):
         before = run.updates_done
@@ -232,7 +237,9 @@ def loop(run: Run) -> None:
         if "evaluate" in fired or last_call:
             flush()                      # the eval is logged on its own update's row
         distributed.maybe_inject_fault(run.updates_done)
-        run.checkpointer.check()   # a background save that failed ends the run now
+        if time.perf_counter() - checked[0] > CHECK_WRITES_S:   # a background save that
+            run.checkpointer.check()                             # failed ends the run now
+            checked[0] = time.perf_counter()
         if _should_stop(run, call_index, saved="checkpoint" in fired):
             break
     flush()
