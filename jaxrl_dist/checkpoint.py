@@ -82,7 +82,8 @@ class Checkpointer:
         self._writing = None
 
     def check(self) -> None:
-        """Raise now if a save running in the background has failed (cheap: no waiting)."""
+        """Raise now if a save running in the background has failed (waits only for orbax's
+        small metadata writes)."""
         self._guard(self._manager.check_for_errors)
 
     def _guard(self, call: Callable[[], Any]) -> Any:
@@ -182,6 +183,7 @@ def _without_empty(tree: Any) -> Any:
 
 @contextlib.contextmanager
 def _muted_stderr() -> Iterator[None]:
+    """File descriptor 2 to /dev/null inside the block (C++ threads write there too)."""
     sys.stderr.flush()
     saved = os.dup(2)
     sink = os.open(os.devnull, os.O_WRONLY)
@@ -201,20 +203,12 @@ def _quiet_stderr_on_failure(grace_s: float = 1.0) -> Iterator[None]:
     more: when one read of a damaged checkpoint fails, tensorstore reads still in flight complete
     into orbax's closed event loop and print "Event loop is closed" tracebacks from C++ threads,
     burying the one-line error. The real cause is in the exception we raise."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    sink = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(sink, 2)
-    try:
-        yield
-    except Exception:
-        time.sleep(grace_s)
-        raise
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(sink)
+    with _muted_stderr():
+        try:
+            yield
+        except Exception:
+            time.sleep(grace_s)
+            raise
 
 
 def check_compatible(saved: dict[str, Any], current: dict[str, Any], prefix: str = "") -> None:

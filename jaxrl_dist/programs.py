@@ -38,9 +38,10 @@ def keep_finite(before: Any, after: Any, metrics: dict[str, jax.Array]
     The flag is computed from values every device of a member holds identically (metrics are
     reduced over the data axis; parameters are replicated), so every process takes the same
     decision without another collective. NaN or infinite gradients reach the parameters
-    through any optax optimizer, so checking the parameters covers them. A ``cond`` rather
-    than a select per leaf: measured cheaper on CartPole's small update (under a population's
-    vmap it becomes the select)."""
+    through any optax optimizer, so checking the parameters covers them. One ``cond`` per
+    update, measured cheaper than a select per leaf (~5 % of CartPole's small update) and than
+    guarding every gradient step inside the learners (~10 %: XLA on CPUs did not fuse those
+    selects into the optimizer); under a population's vmap it becomes the select."""
     watched = [jnp.all(jnp.isfinite(v)) for k, v in metrics.items() if k not in EPISODE_METRICS]
     watched += [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(after.params)
                 if jnp.issubdtype(x.dtype, jnp.inexact)]

@@ -1,9 +1,9 @@
 """python -m jaxrl_dist.train CONFIG [--set KEY=VALUE ...] [--run-dir DIR] [--cpu-devices N]
 
 Train the config's algorithm (``algo:``, PPO by default) on every device this process (and,
-when launched by ``jaxrl_dist.launch``, every process of the job) can see. Bad input ends with one line on stderr and exit code 2;
-divergence (too many non-finite updates) with 65; a failed write (disk full, permissions) with
-74; a stop on SIGTERM, saved and resumable, with 75.
+when launched by ``jaxrl_dist.launch``, every process of the job) can see. Bad input ends with
+one line on stderr and exit code 2; divergence (too many non-finite updates) with 65; a failed
+write (disk full, permissions) with 74; a stop on SIGTERM, saved and resumable, with 75.
 
 This module imports jax only after parsing the command line: ``--cpu-devices`` works by setting
 XLA_FLAGS, which jax reads once when it starts.

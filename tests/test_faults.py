@@ -71,6 +71,30 @@ def test_a_non_finite_update_is_skipped_by_every_learner(algo):
                                   np.asarray(jax.tree.leaves(before.params)[0]))
 
 
+def test_the_programs_keep_the_state_before_a_non_finite_update():
+    """Whatever the learner: new parameters with an infinity -> the train state from before
+    the update, counter advanced; finite -> the new state."""
+    from typing import Any, NamedTuple
+
+    class Train(NamedTuple):
+        params: Any
+        opt_state: Any
+        update: Any
+
+    before = Train({"w": jnp.ones(3)}, jnp.zeros(3), jnp.int32(4))
+    bad = Train({"w": jnp.array([1.0, jnp.inf, 2.0])}, jnp.ones(3), jnp.int32(5))
+    kept, metrics = jax.jit(programs.keep_finite)(before, bad, {"loss": jnp.float32(1.0)})
+    np.testing.assert_array_equal(kept.params["w"], before.params["w"])
+    np.testing.assert_array_equal(kept.opt_state, before.opt_state)
+    assert int(kept.update) == 5 and float(metrics[programs.SKIPPED]) == 1.0
+    good = bad._replace(params={"w": jnp.full(3, 2.0)})
+    kept, metrics = jax.jit(programs.keep_finite)(before, good, {"loss": jnp.float32(1.0)})
+    np.testing.assert_array_equal(kept.params["w"], good.params["w"])
+    assert float(metrics[programs.SKIPPED]) == 0.0
+    kept, metrics = programs.keep_finite(before, good, {"loss": jnp.float32(jnp.nan)})
+    assert float(metrics[programs.SKIPPED]) == 1.0 and int(kept.update) == 5
+
+
 def test_divergence_watch_counts_streaks_across_calls_and_names_the_metric():
     watch = faults.DivergenceWatch(3, None, programs.SKIPPED, ("episodes",))
     nan = float("nan")
