@@ -169,13 +169,23 @@ def watch_threads() -> None:
         return
 
     def hook(args: threading.ExceptHookArgs) -> None:
-        if isinstance(args.exc_value, OSError):
+        if isinstance(args.exc_value, OSError) and _from_tensorboard(args.exc_traceback):
             _thread_faults.append((getattr(args.thread, "name", "?"), args.exc_value))
             return
         previous(args)
 
     hook._jaxrl_dist = True   # type: ignore[attr-defined]
     threading.excepthook = hook
+
+
+def _from_tensorboard(tb: Any) -> bool:
+    """Whether a traceback passes through tensorboardX (other threads' errors are not ours to
+    report as a failed TensorBoard write)."""
+    while tb is not None:
+        if "tensorboardX" in tb.tb_frame.f_code.co_filename:
+            return True
+        tb = tb.tb_next
+    return False
 
 
 def raise_thread_fault(operation: str, path: Path | str) -> None:
