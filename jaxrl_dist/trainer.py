@@ -10,6 +10,7 @@ without the member dimension.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -80,7 +81,9 @@ def matmul_precision(config: Config):
     """The context the run's programs are traced in: float32 matmuls and convolutions at
     ``config.matmul_precision`` ("default": JAX's own, TF32 on recent NVIDIA GPUs)."""
     value = config.matmul_precision
-    return jax.default_matmul_precision(None if value == "default" else value)
+    if value == "default":
+        return contextlib.nullcontext()
+    return jax.default_matmul_precision(value)
 
 
 # ---------------------------------------------------------------------------------- SETUP
