@@ -50,8 +50,9 @@ class DivergenceWatch:
     process receives identically (so every process stops at the same call).
 
     A single run stops when its streak reaches ``limit``. A population stops only when EVERY
-    member has: a member that trips (a swept learning rate too high) keeps its last finite
-    parameters, is named once on the console and in the summary, and the others go on."""
+    member has: a member that trips (a swept learning rate too high) is named once on the
+    console and in the summary and goes on with the others (its non-finite updates are still
+    dropped, so its parameters stay finite). Counts start from zero on a resume."""
 
     def __init__(self, limit: int, members: int | None, skipped: str,
                  ignore: tuple[str, ...], say: Callable[[str], None] = lambda _: None):
@@ -98,7 +99,7 @@ class DivergenceWatch:
                     f"{', '.join(names)}); each was skipped, so the parameters are those after "
                     f"update {first - 1}")
                 if self.members and self.tripped is None:
-                    self.say(f"diverged, kept at its last finite parameters: "
+                    self.say(f"diverged (its non-finite updates keep being dropped): "
                              f"{self.diverged[int(m)]}")
 
 
@@ -112,10 +113,9 @@ def diverged_message(detail: str, checkpoint_dir: Path, latest: int | None) -> s
 # --------------------------------------------------------------------------------- storage
 
 # tensorstore (orbax's writer) reports the OS error as text: "...: No space left on device
-# [os_error_code='28']"; these status codes are what it uses for file-system failures.
+# [os_error_code='28']". Only that, or a Python OSError, counts as a storage fault: other
+# errors (a peer gone during a save's barrier, a bug) keep their own exit and traceback.
 _OS_CODE = re.compile(r"os_error_code='(\d+)'")
-_IO_STATUS = ("RESOURCE_EXHAUSTED", "PERMISSION_DENIED", "NOT_FOUND", "DATA_LOSS",
-              "UNAVAILABLE", "FAILED_PRECONDITION")
 
 
 def storage_reason(error: BaseException) -> str | None:
@@ -127,10 +127,10 @@ def storage_reason(error: BaseException) -> str | None:
         code = int(found.group(1)) if found else None
     if code is not None:
         return f"[Errno {code} {errno_lib.errorcode.get(code, '?')}] {os.strerror(code)}"
+    if not isinstance(error, OSError):
+        return None
     text = str(error).strip()
-    if text.startswith(_IO_STATUS) or (isinstance(error, OSError) and text):
-        return text.splitlines()[0][:200]
-    return type(error).__name__ if isinstance(error, OSError) else None
+    return text.splitlines()[0][:200] if text else type(error).__name__
 
 
 _ADVICE = {
@@ -162,8 +162,9 @@ _thread_faults: list[tuple[str, BaseException]] = []
 
 
 def watch_threads() -> None:
-    """Record (instead of printing) an OSError that kills a library's writer thread, such as
-    TensorBoard's event logger on a full disk; :func:`raise_thread_fault` raises it."""
+    """Record (instead of printing) an OSError that kills TensorBoard's writer thread (a full
+    disk); :func:`raise_thread_fault` raises it. Forgets any recorded by an earlier run."""
+    _thread_faults.clear()
     previous = threading.excepthook
     if getattr(previous, "_jaxrl_dist", False):
         return
@@ -190,7 +191,7 @@ def _from_tensorboard(tb: Any) -> bool:
 
 def raise_thread_fault(operation: str, path: Path | str) -> None:
     if _thread_faults:
-        _, error = _thread_faults.pop(0)
+        _, error = _thread_faults[0]
         _thread_faults.clear()
         raise storage_error(operation, path, storage_reason(error))
 

@@ -38,7 +38,8 @@ def keep_finite(before: Any, after: Any, metrics: dict[str, jax.Array]
     The flag is computed from values every device of a member holds identically (metrics are
     reduced over the data axis; parameters are replicated), so every process takes the same
     decision without another collective. NaN or infinite gradients reach the parameters
-    through any optax optimizer, so checking the parameters covers them. One ``cond`` per
+    through optax's usual optimizers (not through ones that sanitise them, such as
+    ``optax.zero_nans``), so checking the parameters covers them. One ``cond`` per
     update, measured cheaper than a select per leaf (~5 % of CartPole's small update) and than
     guarding every gradient step inside the learners (~10 %: XLA on CPUs did not fuse those
     selects into the optimizer); under a population's vmap it becomes the select."""

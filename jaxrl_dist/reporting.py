@@ -70,8 +70,14 @@ def truncate_metrics(path: Path, max_updates: int) -> None:
     """On resume, drop rows logged after the checkpoint we resume from (they will be redone)."""
     if not path.exists():
         return
+    def logged_by_then(line: str) -> bool:   # a line torn by a full disk is dropped
+        try:
+            return json.loads(line).get("updates", 0) <= max_updates
+        except ValueError:
+            return False
+
     kept = [line for line in path.read_text().splitlines()
-            if line.strip() and json.loads(line).get("updates", 0) <= max_updates]
+            if line.strip() and logged_by_then(line)]
     tmp = path.with_suffix(".jsonl.tmp")
     try:
         with faults.writing("rewriting", path):

@@ -92,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         if distributed.process_count() > 1:  # leave without waiting at the shutdown barrier
             print(f"error: {e}", file=sys.stderr, flush=True)
             distributed.fail_fast(SystemExit(e.exit_code))
-        _bad_input(e)
+        print(f"error: {e}", file=sys.stderr, flush=True)
         return e.exit_code
     except BaseException as e:  # noqa: BLE001 - a failing worker must not wait at the barrier
         distributed.write_error_file(e)

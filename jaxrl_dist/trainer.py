@@ -219,7 +219,7 @@ def loop(run: Run) -> None:
         distributed.heartbeat()
 
     loop_start = time.perf_counter()
-    checked = [loop_start]
+    checked = loop_start   # when a failed background save was last polled for
     distributed.heartbeat()
     for call_index, n in enumerate(sizes_lib.calls(sizes, run.updates_done)):
         before = run.updates_done
@@ -233,16 +233,17 @@ def loop(run: Run) -> None:
                           / (run.updates_done - run.first_update))
             hooks.calibrate(float(distributed.broadcast(np.float64(per_update))))
         last_call = run.updates_done == sizes.num_updates
+        diverged = run.watch.tripped is not None   # no checkpoint once it has
         fired = hooks.run_due(before, run.updates_done,
-                              skip=("evaluate", "checkpoint") if last_call else ())
+                              skip=("evaluate", "checkpoint") if last_call or diverged else ())
         if last_call:
             evaluate(run.updates_done)   # a run reports what its FINAL policy does
         if "evaluate" in fired or last_call:
             flush()                      # the eval is logged on its own update's row
         distributed.maybe_inject_fault(run.updates_done)
-        if time.perf_counter() - checked[0] > CHECK_WRITES_S:   # a background save that
-            run.checkpointer.check()                             # failed ends the run now
-            checked[0] = time.perf_counter()
+        if time.perf_counter() - checked > CHECK_WRITES_S:   # a background save that
+            run.checkpointer.check()                          # failed ends the run now
+            checked = time.perf_counter()
         if _should_stop(run, call_index, saved="checkpoint" in fired):
             break
     flush()
