@@ -93,8 +93,7 @@ class Checkpointer:
         try:
             return call()
         except Exception as e:   # orbax re-raises tensorstore's errors as ValueError
-            reason = faults.storage_reason(e)
-            if reason is None:
+            if faults.storage_reason(e) is None:
                 raise
             step, self._writing = self._writing, None
             with _muted_stderr():   # tensorstore writes still in flight fail and print
@@ -102,7 +101,7 @@ class Checkpointer:
                 removed = self._remove_partial()
             what = f"checkpoint {step}" if step is not None else "a checkpoint"
             raise faults.storage_error(
-                f"writing {what} to", self.directory, reason,
+                f"writing {what} to", self.directory, e,
                 f" (the half-written {', '.join(removed)} was removed)" if removed else ""
             ) from None
 

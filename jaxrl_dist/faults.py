@@ -118,13 +118,18 @@ def diverged_message(detail: str, checkpoint_dir: Path, latest: int | None) -> s
 _OS_CODE = re.compile(r"os_error_code='(\d+)'")
 
 
-def storage_reason(error: BaseException) -> str | None:
-    """``"[Errno 28 ENOSPC] No space left on device"`` if ``error`` is a failed file-system
-    operation (a Python OSError or tensorstore's text for one), else None (a bug)."""
+def _os_code(error: BaseException) -> int | None:
     code = error.errno if isinstance(error, OSError) else None
     if code is None:
         found = _OS_CODE.search(str(error))
         code = int(found.group(1)) if found else None
+    return code
+
+
+def storage_reason(error: BaseException) -> str | None:
+    """``"[Errno 28 ENOSPC] No space left on device"`` if ``error`` is a failed file-system
+    operation (a Python OSError or tensorstore's text for one), else None (a bug)."""
+    code = _os_code(error)
     if code is not None:
         return f"[Errno {code} {errno_lib.errorcode.get(code, '?')}] {os.strerror(code)}"
     if not isinstance(error, OSError):
@@ -142,11 +147,12 @@ _ADVICE = {
 }
 
 
-def storage_error(operation: str, path: Path | str, reason: str, after: str = "") -> StorageError:
-    code = re.match(r"\[Errno \d+ (\w+)\]", reason)
-    advice = _ADVICE.get(code.group(1) if code else "", "fix the file system, then continue "
-                                                       "with --resume")
-    return StorageError(f"{operation} {path} failed: {reason}{after}; {advice}")
+def storage_error(operation: str, path: Path | str, error: BaseException,
+                  after: str = "") -> StorageError:
+    """The one line for ``error`` (one :func:`storage_reason` accepts), advice by its errno."""
+    name = errno_lib.errorcode.get(_os_code(error) or 0, "")
+    advice = _ADVICE.get(name, "fix the file system, then continue with --resume")
+    return StorageError(f"{operation} {path} failed: {storage_reason(error)}{after}; {advice}")
 
 
 @contextlib.contextmanager
@@ -155,10 +161,10 @@ def writing(operation: str, path: Path | str) -> Iterator[None]:
     try:
         yield
     except OSError as e:
-        raise storage_error(operation, path, storage_reason(e)) from None
+        raise storage_error(operation, path, e) from None
 
 
-_thread_faults: list[tuple[str, BaseException]] = []
+_thread_faults: list[OSError] = []
 
 
 def watch_threads() -> None:
@@ -171,7 +177,7 @@ def watch_threads() -> None:
 
     def hook(args: threading.ExceptHookArgs) -> None:
         if isinstance(args.exc_value, OSError) and _from_tensorboard(args.exc_traceback):
-            _thread_faults.append((getattr(args.thread, "name", "?"), args.exc_value))
+            _thread_faults.append(args.exc_value)
             return
         previous(args)
 
@@ -191,9 +197,9 @@ def _from_tensorboard(tb: Any) -> bool:
 
 def raise_thread_fault(operation: str, path: Path | str) -> None:
     if _thread_faults:
-        _, error = _thread_faults[0]
+        error = _thread_faults[0]
         _thread_faults.clear()
-        raise storage_error(operation, path, storage_reason(error))
+        raise storage_error(operation, path, error)
 
 
 class _DropOrbaxNoise(logging.Filter):

@@ -78,10 +78,16 @@ def truncate_metrics(path: Path, max_updates: int) -> None:
 
     kept = [line for line in path.read_text().splitlines()
             if line.strip() and logged_by_then(line)]
-    tmp = path.with_suffix(".jsonl.tmp")
+    _replace_file(path, "".join(line + "\n" for line in kept), "rewriting")
+
+
+def _replace_file(path: Path, text: str, operation: str = "writing") -> None:
+    """Write ``text`` to a temporary file, then rename it over ``path``: a reader sees the old
+    file or the new one, never half of one; a failed write is one line and leaves no tmp."""
+    tmp = path.with_name(path.name + ".tmp")
     try:
-        with faults.writing("rewriting", path):
-            tmp.write_text("".join(line + "\n" for line in kept))
+        with faults.writing(operation, path):
+            tmp.write_text(text)
             tmp.replace(path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -221,13 +227,8 @@ class RunReporter(NullReporter):
             with faults.writing("writing", self.run_dir / "metrics.jsonl"):
                 self._metrics.close()
         summary = {k: _clean(v) for k, v in summary.items()}
-        tmp = self.run_dir / "summary.json.tmp"
-        try:
-            with faults.writing("writing", self.run_dir / "summary.json"):
-                tmp.write_text(json.dumps(summary, indent=2, allow_nan=False) + "\n")
-                tmp.replace(self.run_dir / "summary.json")
-        finally:
-            tmp.unlink(missing_ok=True)
+        _replace_file(self.run_dir / "summary.json",
+                      json.dumps(summary, indent=2, allow_nan=False) + "\n")
 
 
 def postfix(rows: list[dict[str, Any]]) -> dict[str, str]:

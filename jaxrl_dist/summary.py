@@ -10,7 +10,6 @@ import jax
 
 import jaxrl_dist
 from jaxrl_dist import distributed, population
-from jaxrl_dist.programs import SKIPPED
 from jaxrl_dist.types import RunState
 
 if TYPE_CHECKING:
@@ -42,9 +41,8 @@ def build(run: Run, stats: list[tuple[float, str]]) -> dict[str, Any]:
                                     and r["episode_return"] is not None), default=None),
                 "eval_return": last["eval/return_mean"][m] if last else None,
                 "eval_return_std": last["eval/return_std"][m] if last else None,
-                # updates dropped as non-finite (a diverged run stopped on them)
-                "nonfinite_skipped": int(sum(r.get(SKIPPED) or 0 for r in run.rows
-                                             if r.get("member", 0) == m))}
+                # updates dropped as non-finite this session (a diverged run stopped on them)
+                "nonfinite_skipped": int(run.watch.total[m]) if run.watch is not None else 0}
 
     steps_this_session = (run.updates_done - run.first_update) * sizes.batch_size
     summary = {
