@@ -36,9 +36,13 @@ def _device_varying(tree: Any, axes: tuple[str, ...]) -> Any:
 
 
 def make_eval_program(agent: Agent, spec: EnvSpec, layout: Layout, episodes: int,
-                      deterministic: bool
-                      ) -> Callable[[Any, jax.Array], dict[str, jax.Array]]:
-    """(train state, seed key) -> {"return_mean", "return_std", "length_mean"}.
+                      deterministic: bool, pools_spec: Any = ()
+                      ) -> Callable[..., dict[str, jax.Array]]:
+    """(train state, seed key, pools=()) -> {"return_mean", "return_std", "length_mean"}.
+
+    ``pools``: the evaluation pools' handles for pool environments (``programs.EnvInputs``),
+    which then play one game each and report its real score (an episode ends at game over or
+    the time limit, never at a lost life).
 
     Acts with ``agent.policy`` (deterministic: what an exporter serialises) or, with
     ``deterministic`` False, with ``agent.act`` (actions sampled as in training). The seed key
@@ -49,11 +53,11 @@ def make_eval_program(agent: Agent, spec: EnvSpec, layout: Layout, episodes: int
     local_envs = episodes // layout.data_size
     max_steps = spec.max_episode_steps
 
-    def local_eval(train, seed_key):
+    def local_eval(train, seed_key, pools):
         key = jax.random.fold_in(jax.random.fold_in(seed_key, EVAL_STREAM), train.update)
         env_ids = rollout.local_env_ids(local_envs, axis)
         key_reset, key_steps = jax.random.split(key)
-        actors = rollout.reset_actors(spec, agent, rollout.env_keys(key_reset, env_ids))
+        actors = rollout.reset_actors(spec, agent, rollout.env_keys(key_reset, env_ids), pools)
         policy_params, acting = agent.policy_params(train), agent.acting(train)
 
         def cond(carry):
@@ -75,9 +79,17 @@ def make_eval_program(agent: Agent, spec: EnvSpec, layout: Layout, episodes: int
                 action = agent.env_action(action)
             slots, out = envs_lib.step(spec, envs_lib.step_keys(keys), slots, action,
                                       autoreset=False)   # one episode each
-            ret = jnp.where(done, ret, ret + out.reward)
-            length = jnp.where(done, length, length + 1)
-            done = done | out.terminated | out.truncated
+            if spec.pool is not None:   # scores and ends as the game counts them
+                ended = out.finished_length > 0
+                ret = jnp.where(done, ret, jnp.where(ended, out.finished_return,
+                                                     slots.episode_return))
+                length = jnp.where(done, length, jnp.where(ended, out.finished_length,
+                                                           slots.episode_length))
+                done = done | ended
+            else:
+                ret = jnp.where(done, ret, ret + out.reward)
+                length = jnp.where(done, length, length + 1)
+                done = done | out.terminated | out.truncated
             return t + 1, actors._replace(env=slots, carry=carry_next), ret, length, done
 
         zeros = jnp.zeros(local_envs)
@@ -90,7 +102,12 @@ def make_eval_program(agent: Agent, spec: EnvSpec, layout: Layout, episodes: int
         return {"return_mean": mean, "return_std": jnp.sqrt(var),
                 "length_mean": sums[2] / sums[3]}
 
-    body = (jax.vmap(local_eval, axis_name=layout.member_vmap_axis) if layout.members
-            else local_eval)
-    return jax.jit(jax.shard_map(body, mesh=layout.mesh, in_specs=(layout.train,) * 2,
-                                 out_specs=layout.train, check_vma=spec.check_vma))
+    body = (jax.vmap(local_eval, (0, 0, None), axis_name=layout.member_vmap_axis)
+            if layout.members else local_eval)
+    program = jax.shard_map(body, mesh=layout.mesh,
+                            in_specs=(layout.train, layout.train, pools_spec),
+                            out_specs=layout.train, check_vma=spec.check_vma)
+
+    def evaluate(train, seed_key, pools=()):
+        return program(train, seed_key, pools)
+    return jax.jit(evaluate)

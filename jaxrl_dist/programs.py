@@ -63,6 +63,15 @@ def spec_in(spec: EnvSpec, layout: Layout) -> EnvSpec:
     return dataclasses.replace(spec, batch_axis=layout.member_vmap_axis, check_vma=False)
 
 
+class EnvInputs(NamedTuple):
+    """Arrays the environments need as program inputs: one pool per device for the training
+    environments and one for evaluation (``[E, 8]`` handles sharded like the environments);
+    ``()`` for environments written in JAX."""
+
+    train: Any = ()
+    eval: Any = ()
+
+
 class Learner(NamedTuple):
     """An algorithm's programs over the layout's mesh; all take and return global arrays."""
 
@@ -72,7 +81,7 @@ class Learner(NamedTuple):
     learn: Any                        # jit: (train, data, Trajectory, key) -> (train, data,
                                       #   metrics): one update from given transitions
     collect: Any                      # jit: (train, actors, key) -> (actors, Trajectory)
-    evaluate: Any                     # jit: (train, seed key(s)) -> {"return_mean",
+    evaluate: Any                     # jit: (train, seed key(s), env_inputs.eval) -> {"return_mean",
                                       #   "return_std", "length_mean"}, reduced over the mesh
     abstract_state: Callable[[], RunState]   # init()'s result as ShapeDtypeStructs
     layout: Layout
@@ -80,6 +89,8 @@ class Learner(NamedTuple):
     agent: Agent
     specs: RunState                   # each slot's PartitionSpec
     metrics: dict[str, str]           # what update/learn report: the agent's + SKIPPED
+    env_inputs: EnvInputs = EnvInputs()  # what init_program and evaluate take last: the
+                                      #   handles of pool environments (envs.pool), or ()
 
 
 class RunSettings(NamedTuple):
@@ -103,14 +114,18 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
     mesh, axis = layout.mesh, layout.data_axis
     E, T = sizes.local_envs, agent.steps_per_env
     specs = RunState(layout.train, layout.envs, layout.envs)
+    env_inputs, input_specs = EnvInputs(), EnvInputs()
+    if spec.pool is not None:
+        agent, env_inputs = _open_pools(agent, spec, layout, E, settings.eval_episodes)
+        input_specs = EnvInputs(layout.envs, layout.envs)
 
     def params_of(seed_key):
         return agent.init_params(jax.random.split(seed_key, 3)[0])
 
-    def init_local(seed_key, swept, params):
+    def init_local(seed_key, swept, params, handles):
         _, key_envs, key_train = jax.random.split(seed_key, 3)
         env_ids = rollout.local_env_ids(E, axis)
-        actors = rollout.reset_actors(spec, agent, rollout.env_keys(key_envs, env_ids))
+        actors = rollout.reset_actors(spec, agent, rollout.env_keys(key_envs, env_ids), handles)
         train, data = agent.init(key_train, params, swept)
         return RunState(train, actors, data)
 
@@ -136,18 +151,19 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         return jax.lax.scan(one_update, state, None, length=num_updates)
 
     if layout.members:   # the same bodies, vmapped over this device's members
-        def init_body(seed_keys, swept):
+        def init_body(seed_keys, swept, handles):
             # Parameters member by member (lax.map, not vmap): the orthogonal initializer's
             # batched LAPACK QR deadlocked 2-device CPU programs (jaxlib 0.10.2), and this way
             # member k starts from exactly the single run's parameters.
-            return jax.vmap(init_local)(seed_keys, swept, jax.lax.map(params_of, seed_keys))
+            return jax.vmap(init_local, (0, 0, 0, None))(
+                seed_keys, swept, jax.lax.map(params_of, seed_keys), handles)
         vmapped = dict(axis_name=layout.member_vmap_axis)
         update_body = jax.vmap(update_local, in_axes=(0, None), **vmapped)
         learn_body = jax.vmap(learn_local, **vmapped)
         collect_body = jax.vmap(collect_local, **vmapped)
     else:
-        def init_body(seed_key, swept):
-            return init_local(seed_key, swept, params_of(seed_key))
+        def init_body(seed_key, swept, handles):
+            return init_local(seed_key, swept, params_of(seed_key), handles)
         update_body, learn_body, collect_body = update_local, learn_local, collect_local
 
     def smap(body, in_specs, out_specs):
@@ -156,11 +172,12 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
 
     # out_shardings spelled out: XLA would hand zero-size outputs (MJX states have some)
     # back replicated in a multi-process job, not in the shardings the update compiles for.
-    init_program = jax.jit(smap(init_body, (layout.train, layout.train), specs),
+    init_program = jax.jit(smap(init_body, (layout.train, layout.train, input_specs.train),
+                                specs),
                            out_shardings=RunState(*map(layout.sharding, specs)))
 
     def init(seed_key: jax.Array, swept: dict[str, jax.Array] | None = None) -> RunState:
-        return init_program(seed_key, swept or {})
+        return init_program(seed_key, swept or {}, env_inputs.train)
 
     def update(state: RunState, num_updates: int):
         body = smap(lambda s: update_body(s, num_updates), (specs,), (specs, layout.train))
@@ -190,6 +207,21 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         return RunState(*map(like, shapes, specs))
 
     evaluate = make_eval_program(agent, spec, layout, settings.eval_episodes,
-                                 settings.eval_deterministic)
+                                 settings.eval_deterministic, input_specs.eval)
     return Learner(init, update, learn, collect, evaluate, abstract_state, layout, init_program,
-                   agent, specs, {**agent.metrics, SKIPPED: "sum"})
+                   agent, specs, {**agent.metrics, SKIPPED: "sum"}, env_inputs)
+
+
+def _open_pools(agent: Agent, spec: EnvSpec, layout: Layout, local_envs: int,
+                eval_episodes: int) -> tuple[Agent, EnvInputs]:
+    """One training pool and one evaluation pool per local device. A pool's state lives in
+    its emulator, not in the run state: checkpoints leave the actors out and a resumed run
+    starts fresh episodes in new pools."""
+    from jaxrl_dist.envs import EnvError, pool
+    if layout.members:
+        raise EnvError(f"{spec.name}: populations do not run pool environments yet; train "
+                       f"each seed as its own run")
+    sharding = layout.sharding(layout.envs)
+    inputs = EnvInputs(pool.global_handles(spec, sharding, local_envs * layout.data_size),
+                       pool.global_handles(spec, sharding, eval_episodes))
+    return agent._replace(checkpointed=agent.checkpointed._replace(actors=False)), inputs

@@ -68,9 +68,15 @@ def initial_carries(agent: Agent, batch: jax.Array) -> Any:
     return jax.vmap(lambda _: agent.init_carry())(batch)
 
 
-def reset_actors(spec: EnvSpec, agent: Agent, keys: jax.Array) -> ActorState:
-    """Fresh environments [E] (one key each) and the policy's initial carry."""
-    slots = jax.vmap(lambda k: envs_lib.reset(spec, k))(keys)
+def reset_actors(spec: EnvSpec, agent: Agent, keys: jax.Array, handles: Any = None
+                 ) -> ActorState:
+    """Fresh environments [E] (one key each) and the policy's initial carry; a pool's
+    environments are reset in the pool ``handles`` [E, 8] names (see ``envs.pool``)."""
+    if spec.pool is not None:
+        from jaxrl_dist.envs import pool
+        slots = pool.reset(spec, handles, keys)
+    else:
+        slots = jax.vmap(lambda k: envs_lib.reset(spec, k))(keys)
     return ActorState(slots, initial_carries(agent, keys))
 
 
@@ -107,7 +113,8 @@ def collect(spec: EnvSpec, agent: Agent, acting: Any, actors: ActorState, env_id
             obs=slots.obs, action=action, reward=out.reward, terminated=out.terminated,
             truncated=out.truncated, finished_return=out.finished_return,
             finished_length=out.finished_length, extras=extras,
-            final_obs=out.final_obs if agent.keep_final_obs else None, mask=slots.mask)
+            final_obs=out.final_obs if agent.keep_final_obs else None, mask=slots.mask,
+            valid=out.valid)
         packed, unpack[0] = pack_by_dtype(transition)
         return ActorState(new_slots, carry), packed
 

@@ -51,7 +51,7 @@ def train_seeds(config: Config, seeds: Sequence[int], *, env: Any = None,
         for name, how in learner.agent.metrics.items():   # the learner's own diagnostics
             if how == "mean":
                 curves.setdefault(name, []).append(np.asarray(metrics[name]).mean(1))
-    final = learner.evaluate(state.train, keys)
+    final = learner.evaluate(state.train, keys, learner.env_inputs.eval)
     params = jax.device_get(state.train.params)
     return {"params": [jax.tree.map(lambda x, i=i: x[i], params) for i in range(len(seeds))],
             "curve_steps": np.asarray(steps), "curve_return": np.stack(returns, 1),

@@ -142,12 +142,15 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
         return out
 
     lowered = {n: timed("update", lower_update, n) for n in sorted(call_sizes)}
-    lowered_eval = timed("evaluate", learner.evaluate.lower, abstract.train, seed_keys)
+    env_inputs = learner.env_inputs
+    lowered_eval = timed("evaluate", learner.evaluate.lower, abstract.train, seed_keys,
+                         env_inputs.eval)
     pool = ThreadPoolExecutor(max_workers=1)
     try:
         pending = {n: pool.submit(timed, "update", low.compile) for n, low in lowered.items()}
         pending_eval = pool.submit(timed, "evaluate", lowered_eval.compile, once)
-        state = learner.init_program.lower(seed_keys, swept).compile(once)(seed_keys, swept)
+        state = learner.init_program.lower(seed_keys, swept, env_inputs.train).compile(once)(
+            seed_keys, swept, env_inputs.train)
         updates_done = 0
         if resume:
             if checkpointer.latest_step() is None:
@@ -275,7 +278,8 @@ def _hooks(run: Run, evaluate) -> HookTable:
 
 def _evaluate(run: Run, updates: int) -> dict[str, Any]:
     """Evaluate the current policy; record it, and whether every member reached the target."""
-    result = run.layout.to_host(run.evaluate(run.state.train, run.seed_keys))
+    result = run.layout.to_host(run.evaluate(run.state.train, run.seed_keys,
+                                             run.learner.env_inputs.eval))
     run.evals.append({"env_steps": updates * run.sizes.batch_size, **{
         f"eval/{k}": np.atleast_1d(v).astype(float).tolist() for k, v in result.items()}})
     target = run.config.target_return

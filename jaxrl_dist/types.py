@@ -51,6 +51,8 @@ class Transition(NamedTuple):
     final_obs: jax.Array | None = None   # the observation the step reached, before an auto-
                                          # reset (only if the learner asks: keep_final_obs)
     mask: jax.Array | None = None        # legal actions when acting (masked environments)
+    valid: jax.Array | None = None       # False: not experience, a pool's reset step (see
+                                         # envs.pool); learners drop it. None: all valid
 
 
 class Trajectory(NamedTuple):

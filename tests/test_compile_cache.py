@@ -55,7 +55,7 @@ def test_run_once_programs_compile_cheaper_to_bitwise_the_same_results(tiny_conf
     sizes = sizes_lib.derive_sizes(tiny_config, layout.data_size)
     learner = make_learner(tiny_config, sizes, from_config(tiny_config, None, None), layout)
     key = jax.random.PRNGKey(5)
-    init = learner.init_program.lower(key, {})
+    init = learner.init_program.lower(key, {}, ())
     states = [init.compile(options)(key, {}) for options in (None, once)]
     for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
         assert (a == b).all()

@@ -54,8 +54,10 @@ OURS = COUNT + textwrap.dedent("""
     once = compile_cache.run_once_options(layout.mesh.devices.flat)   # as the trainer does
     with compile_cache.unrolled_threefry():
         update = learner.update.lower(abstract, sizes.updates_per_call)
-    programs = {"init": (learner.init_program.lower(key, {}), once), "update": (update, None),
-                "evaluate": (learner.evaluate.lower(abstract.train, key), once)}
+    inputs = learner.env_inputs
+    programs = {"init": (learner.init_program.lower(key, {}, inputs.train), once),
+                "update": (update, None),
+                "evaluate": (learner.evaluate.lower(abstract.train, key, inputs.eval), once)}
     print(json.dumps({name: count(*args) for name, args in programs.items()}))
 """)
 

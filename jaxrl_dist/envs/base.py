@@ -79,6 +79,12 @@ class EnvSpec:
     # world: ~2 ms per environment on a CPU core, so a batched reset whenever any of 64
     # environments finished cost more than the steps). Same keys, same states.
     reset_each: bool = False
+    # A batch of environments outside JAX stepped through XLA calls (``envs.pool``), in place
+    # of ``adapter``: ale-py's Atari pools.
+    pool: Any = None
+    # The observations' dtype as the environment gives them: "uint8" frames stay uint8 in
+    # rollouts and buffers (4x less memory) and networks scale them to [0, 1] themselves.
+    obs_dtype: str = "float32"
 
     def describe(self) -> dict[str, Any]:
         """The spaces as plain JSON data (what a checkpoint records for rebuilding a policy
@@ -89,7 +95,8 @@ class EnvSpec:
         return {"name": self.name, "obs_shape": list(self.obs_shape),
                 "action_dim": self.action_dim, "continuous": self.continuous,
                 "action_low": bound(self.action_low), "action_high": bound(self.action_high),
-                "masked": self.masked, "max_episode_steps": self.max_episode_steps}
+                "masked": self.masked, "max_episode_steps": self.max_episode_steps,
+                "obs_dtype": self.obs_dtype}
 
     @classmethod
     def from_description(cls, d: dict[str, Any]) -> EnvSpec:
@@ -100,7 +107,8 @@ class EnvSpec:
         return cls(adapter=None, name=d["name"], obs_shape=tuple(d["obs_shape"]),
                    action_dim=int(d["action_dim"]), continuous=bool(d["continuous"]),
                    action_low=bound(d["action_low"]), action_high=bound(d["action_high"]),
-                   max_episode_steps=int(d["max_episode_steps"]), masked=bool(d["masked"]))
+                   max_episode_steps=int(d["max_episode_steps"]), masked=bool(d["masked"]),
+                   obs_dtype=str(d.get("obs_dtype", "float32")))
 
 
 @struct.dataclass
@@ -121,6 +129,8 @@ class StepOutput(NamedTuple):
     final_obs: jax.Array     # observation before the auto-reset
     finished_return: jax.Array   # return of the episode that ended here, else 0
     finished_length: jax.Array   # its length, else 0
+    valid: jax.Array | None = None   # [] bool; False: not experience (a pool's late reset
+                                     #   step, see envs.pool); None: every step is
 
 
 def flatten_observation(obs: Any) -> jax.Array:
@@ -187,6 +197,9 @@ def step(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array,
     environments per device some always finish, and on accelerators the branch's predicate
     may cost a host round trip per step: not yet measured.)
     """
+    if spec.pool is not None:   # the pool resets itself; no keys
+        from jaxrl_dist.envs import pool
+        return pool.step(spec, slots, action)
     adapter = spec.adapter
     action = to_env_action(spec, action)
     key_step, key_reset = keys[:, 0], keys[:, 1]

@@ -62,6 +62,7 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
     per_shard_batch = d.batch_size // d.buffer_shards
     obs_dtype = jnp.uint8 if d.obs_storage == "uint8" else jnp.float32
     per_update = sizes.batch_size            # global env steps per update
+    pool = spec.pool is not None             # final observations are in the next row
 
     def hp_of(train):
         return qnet.hyperparameters(d, HPARAMS, train.hparams)
@@ -71,7 +72,7 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         train = TrainState(params, params, qnet.make_optimizer(d, hp).init(params), key,
                            jnp.int32(0), jnp.int32(0), swept)
         data = replay_lib.init(shards_local, rows, envs_per_shard, spec.obs_shape, obs_dtype,
-                               d.bootstrap_truncation)
+                               d.bootstrap_truncation and not pool, pool)
         return train, data
 
     def acting(train):
@@ -130,7 +131,8 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         target = jax.lax.stop_gradient(batch.reward + batch.discount * next_value)
 
         grads, stats, grad_norm = qnet.global_mean_grad(
-            td_loss, train.params, axis, batch.obs, batch.action, target, hp["huber_delta"])
+            td_loss, train.params, axis, batch.obs, batch.action, target, hp["huber_delta"],
+            batch.weight)
         updates, opt_state = optimizer.update(grads, train.opt_state, train.params)
         params = optax.apply_updates(train.params, updates)
         count = train.gradient_steps + 1
@@ -147,5 +149,5 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
 
     return Agent(
         **qnet.agent_parts(net, spec), init=init, acting=acting, learn=learn, metrics=METRICS,
-        steps_per_env=d.num_steps, keep_final_obs=d.bootstrap_truncation,
+        steps_per_env=d.num_steps, keep_final_obs=d.bootstrap_truncation and not pool,
         checkpointed=RunState(True, True, d.checkpoint_buffer))

@@ -8,6 +8,11 @@ buffer_shards`` samples of every batch with a key folded from ``s``. A device ho
 so 1, 2 or 4 devices (or 2 processes x 2) hold the same shards and draw the same batch: the
 parameters agree to float tolerance (the gradient's sum order is the only difference).
 
+A pool environment (``envs.pool``) steps once more after each episode's end to reset itself;
+that row is stored (its observation is where the episode ended, what a time limit bootstraps
+from, so no separate final observation is needed) with ``valid`` False, and a sample drawn at
+it gets weight 0: it never becomes training data.
+
 Each shard is a ring of ``L`` rows (time) x ``K`` columns (environments): an update writes its
 ``T`` rows at the write position, shared by all shards, so n-step windows are contiguous rows of
 one column. Every shard of a device has the same position and fill; they are stored per shard
@@ -33,6 +38,7 @@ class Replay(NamedTuple):
     terminated: jax.Array     # bool
     truncated: jax.Array      # bool
     final_obs: Any            # the observation each step reached (None: not stored)
+    valid: Any                # bool, False for a pool's reset steps (None: every step is)
     position: jax.Array       # [S_local] int32, the next row to write
     rows: jax.Array           # [S_local] int32, rows filled (<= L)
 
@@ -45,17 +51,20 @@ class NStep(NamedTuple):
     reward: jax.Array         # sum_{j<k} gamma^j r_{t+j}, k = the window up to an episode's end
     discount: jax.Array       # gamma^k if the window bootstraps, else 0
     next_obs: jax.Array       # float32, where to bootstrap from
+    weight: Any = None        # [B] 0 for a sample at a pool's reset step, else 1 (None: all 1)
 
 
 def init(shards: int, rows: int, envs_per_shard: int, obs_shape: tuple[int, ...],
-         obs_dtype: Any, store_final_obs: bool) -> Replay:
+         obs_dtype: Any, store_final_obs: bool, pool: bool = False) -> Replay:
+    """``pool``: the environments are a pool (``envs.pool``): store each step's validity and
+    bootstrap a time limit from the next row (``store_final_obs`` must then be False)."""
     def zeros(dtype, *shape):
         return jnp.zeros((shards, rows, envs_per_shard, *shape), dtype)
 
     return Replay(obs=zeros(obs_dtype, *obs_shape), action=zeros(jnp.int32),
                   reward=zeros(jnp.float32), terminated=zeros(bool), truncated=zeros(bool),
                   final_obs=zeros(obs_dtype, *obs_shape) if store_final_obs else None,
-                  position=jnp.zeros(shards, jnp.int32), rows=jnp.zeros(shards, jnp.int32))
+                  valid=zeros(bool) if pool else None, position=jnp.zeros(shards, jnp.int32), rows=jnp.zeros(shards, jnp.int32))
 
 
 def add(replay: Replay, steps: Transition) -> Replay:
@@ -86,6 +95,7 @@ def add(replay: Replay, steps: Transition) -> Replay:
         truncated=write(replay.truncated, steps.truncated),
         final_obs=(None if replay.final_obs is None
                    else write(replay.final_obs, obs_rows(steps.final_obs))),
+        valid=None if replay.valid is None else write(replay.valid, steps.valid),
         position=(replay.position + T) % length,
         rows=jnp.minimum(replay.rows + T, length))
 
@@ -98,8 +108,8 @@ def sample(replay: Replay, key: jax.Array, shard_ids: jax.Array, per_shard: int,
 
     Window of a sample at row t: rewards t..t+n-1 until the first step that ended its episode
     (k = that step + 1, else n). Bootstrap from obs[t+n] if no step ended it, from that step's
-    final observation if it was a time limit and final observations are stored, not at all if
-    it terminated (or was truncated without them)."""
+    final observation if it was a time limit and final observations are stored (a pool's: the
+    next row), not at all if it terminated (or was truncated without them)."""
     length, per_env = replay.action.shape[1:3]
     offsets = jnp.arange(n + 1)
     powers = jnp.asarray(gamma, jnp.float32) ** jnp.arange(n + 1, dtype=jnp.float32)
@@ -122,15 +132,18 @@ def sample(replay: Replay, key: jax.Array, shard_ids: jax.Array, per_shard: int,
         k = jnp.where(jnp.any(ended, 1), jnp.argmax(ended, 1) + 1, n)       # steps summed
         truncated = jnp.any(ended & trunc, 1)
         terminated = jnp.any(ended & term, 1)
-        bootstraps = ~terminated & (~truncated | (shard.final_obs is not None))
+        pool = shard.valid is not None
+        bootstraps = ~terminated & (~truncated | (shard.final_obs is not None) | pool)
         discount = jnp.where(bootstraps, powers[k], 0.0)
-        next_obs = shard.obs[(t + n) % length, col].astype(jnp.float32)
+        # a pool's row after an end holds the final observation (k = n without an end)
+        next_obs = shard.obs[(t + (k if pool else n)) % length, col].astype(jnp.float32)
+        weight = shard.valid[t, col].astype(jnp.float32) if pool else None
         if shard.final_obs is not None:
             final = shard.final_obs[(t + k - 1) % length, col].astype(jnp.float32)
             pick = truncated.reshape(-1, *([1] * (next_obs.ndim - 1)))
             next_obs = jnp.where(pick, final, next_obs)
         return NStep(shard.obs[t, col].astype(jnp.float32), shard.action[t, col], ret, discount,
-                     next_obs)
+                     next_obs, weight)
 
     out = jax.vmap(one_shard)(replay, shard_ids)
     return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), out)

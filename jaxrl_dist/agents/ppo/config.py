@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from jaxrl_dist.agents import Algorithm, register
+from jaxrl_dist.agents.torso import check_conv
 from jaxrl_dist.errors import ConfigError
 from jaxrl_dist.typed import doc as _doc
 
@@ -26,6 +27,11 @@ class NetworkConfig:
                       default="auto")
     cnn_channels: tuple[int, ...] = _doc("channels of the CNN torso's 3x3 conv layers (stride 1,"
                                          " ReLU), before the hidden layers", default=(16,))
+    cnn_kernels: tuple[int, ...] = _doc("square kernel size of each conv layer; empty = 3x3, "
+                                        "stride 1, padded (small grids); given = unpadded, "
+                                        "with cnn_strides (Atari: [8, 4, 3])", default=())
+    cnn_strides: tuple[int, ...] = _doc("stride of each conv layer when cnn_kernels is given "
+                                        "(Atari: [4, 2, 1]); empty = 1", default=())
     init: str = _doc("weight init: orthogonal (sqrt 2; policy head 0.01, value head 1, as "
                      "PureJaxRL and CleanRL) or lecun (flax's default, every layer; rejax)",
                      default="orthogonal")
@@ -114,7 +120,8 @@ def check(p: PPOConfig) -> None:
              f"got {n.bounded_actions!r}")
     _require(n.torso in TORSOS,
              f"ppo.network.torso must be one of {', '.join(TORSOS)}, got {n.torso!r}")
-    for name in ("actor_hidden", "critic_hidden", "cnn_channels"):
+    check_conv(n, "ppo")
+    for name in ("actor_hidden", "critic_hidden"):
         sizes = getattr(n, name)
         _require(all(s >= 1 for s in sizes),
                  f"ppo.network.{name} sizes must be >= 1, got {list(sizes)}")

@@ -71,6 +71,8 @@ class LossInputs(NamedTuple):
     advantage: jax.Array
     target: jax.Array
     mask: jax.Array | None = None   # legal actions [N, A] (masked environments only)
+    weight: jax.Array | None = None  # [N] 0 for steps that are not experience (a pool's
+                                     #   reset step), else 1; None: all count
 
 
 class LossInfo(NamedTuple):
@@ -92,7 +94,12 @@ def ppo_loss(
     ent_coef: float,
     vf_coef: float,
 ) -> tuple[jax.Array, LossInfo]:
-    """Clipped surrogate + (optionally clipped) value loss - entropy bonus; means over batch."""
+    """Clipped surrogate + (optionally clipped) value loss - entropy bonus; means over batch
+    (steps of weight 0 add nothing; the mean still divides by the batch size, so a
+    device's share of the global mean does not depend on how many it holds)."""
+    def mean(x):
+        return jnp.mean(x) if batch.weight is None else jnp.mean(x * batch.weight)
+
     dist = policy_fn(params, batch.obs, batch.mask)
     value = value_fn(params, batch.obs)
     log_prob = dist.log_prob(batch.action)
@@ -101,20 +108,20 @@ def ppo_loss(
 
     surrogate = ratio * batch.advantage
     clipped = jnp.clip(ratio, 1.0 - clip_eps, 1.0 + clip_eps) * batch.advantage
-    policy_loss = -jnp.mean(jnp.minimum(surrogate, clipped))
+    policy_loss = -mean(jnp.minimum(surrogate, clipped))
 
     value_err = jnp.square(value - batch.target)
     if vf_clip_eps is not None:
         value_clipped = batch.old_value + jnp.clip(value - batch.old_value,
                                                    -vf_clip_eps, vf_clip_eps)
         value_err = jnp.maximum(value_err, jnp.square(value_clipped - batch.target))
-    value_loss = 0.5 * jnp.mean(value_err)
+    value_loss = 0.5 * mean(value_err)
 
-    entropy = jnp.mean(dist.entropy())
+    entropy = mean(dist.entropy())
     total = policy_loss + vf_coef * value_loss - ent_coef * entropy
 
     # Diagnostics (no gradient): the low-variance KL estimator (ratio - 1) - log ratio.
-    approx_kl = jax.lax.stop_gradient(jnp.mean((ratio - 1.0) - log_ratio))
+    approx_kl = jax.lax.stop_gradient(mean((ratio - 1.0) - log_ratio))
     clip_fraction = jax.lax.stop_gradient(
-        jnp.mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32)))
+        mean((jnp.abs(ratio - 1.0) > clip_eps).astype(jnp.float32)))
     return total, LossInfo(total, policy_loss, value_loss, entropy, approx_kl, clip_fraction)

@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_dist.agents.ppo.config import NetworkConfig
+from jaxrl_dist.agents.torso import conv_layers, input_scale
 from jaxrl_dist.distributions import Categorical, DiagGaussian
 from jaxrl_dist.envs import EnvSpec
 
@@ -47,21 +48,24 @@ class MLP(nn.Module):
     out_dim: int
     activation: str
     out_scale: float
-    conv: Sequence[int] = ()
+    conv: Sequence[dict] = ()      # nn.Conv arguments per layer (agents.torso)
     init: str = "orthogonal"
+    scale: float = 1.0             # applied to the input first (1/255 for uint8 frames)
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         act = getattr(nn, self.activation)
+        x = x.astype(jnp.float32)
+        if self.scale != 1.0:
+            x = x * self.scale
 
         def kernel(scale: float):
             if self.init == "lecun":
                 return nn.initializers.lecun_normal()
             return nn.initializers.orthogonal(scale)
 
-        for channels in self.conv:
-            x = nn.relu(nn.Conv(channels, (3, 3), padding="SAME",
-                                kernel_init=kernel(np.sqrt(2)))(x))
+        for layer in self.conv:
+            x = nn.relu(nn.Conv(**layer, kernel_init=kernel(np.sqrt(2)))(x))
         x = x.reshape(x.shape[0], -1)  # without convolutions, images are flattened
         for size in self.hidden:
             x = act(nn.Dense(size, kernel_init=kernel(np.sqrt(2)))(x))
@@ -72,13 +76,14 @@ class Actor(nn.Module):
     config: NetworkConfig
     action_dim: int
     continuous: bool
-    conv: Sequence[int] = ()
+    conv: Sequence[dict] = ()
+    scale: float = 1.0
     bounds: tuple[tuple[float, ...], tuple[float, ...]] | None = None   # (low, high) for tanh
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> Categorical | DiagGaussian:
         out = MLP(self.config.actor_hidden, self.action_dim, self.config.activation, 0.01,
-                  self.conv, self.config.init)(obs)
+                  self.conv, self.config.init, self.scale)(obs)
         if not self.continuous:
             return Categorical(out)
         log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
@@ -88,12 +93,13 @@ class Actor(nn.Module):
 
 class Critic(nn.Module):
     config: NetworkConfig
-    conv: Sequence[int] = ()
+    conv: Sequence[dict] = ()
+    scale: float = 1.0
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         return MLP(self.config.critic_hidden, 1, self.config.activation, 1.0, self.conv,
-                   self.config.init)(obs)[:, 0]
+                   self.config.init, self.scale)(obs)[:, 0]
 
 
 class Networks(NamedTuple):
@@ -107,10 +113,12 @@ class Networks(NamedTuple):
 
 
 def make_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
-    conv = tuple(config.cnn_channels) if use_cnn(config, spec.obs_shape) else ()
+    conv = (tuple(conv_layers(config.cnn_channels, config.cnn_kernels, config.cnn_strides))
+            if use_cnn(config, spec.obs_shape) else ())
     bounds = _tanh_bounds(config, spec)
-    actor = Actor(config, spec.action_dim, spec.continuous, conv, bounds)
-    critic = Critic(config, conv)
+    scale = input_scale(spec.obs_dtype)
+    actor = Actor(config, spec.action_dim, spec.continuous, conv, scale, bounds)
+    critic = Critic(config, conv, scale)
     dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
 
     def init(key: jax.Array) -> Any:

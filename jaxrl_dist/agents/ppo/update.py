@@ -157,6 +157,10 @@ def make_learn_fn(p: PPOConfig, sizes: Sizes, spec: EnvSpec, nets: Networks, axi
         advantages, targets = losses.compute_gae(reward, value, done,
                                                  value_fn(trajectory.last_obs), hp["gamma"],
                                                  hp["gae_lambda"])
+        weight = None
+        if steps.valid is not None:   # a pool's reset steps: no advantage, no loss
+            weight = steps.valid.astype(jnp.float32)
+            advantages = advantages * weight
 
         # MINIBATCHES: stratified by environment; every epoch's permutations drawn up front
         def to_minibatches(x, perm):                              # [T, E, ...] -> [M, n, ...]
@@ -199,7 +203,7 @@ def make_learn_fn(p: PPOConfig, sizes: Sizes, spec: EnvSpec, nets: Networks, axi
         else:
             scale = lambda x: x  # noqa: E731
         batch = losses.LossInputs(normalize_fn(steps.obs), steps.action, steps.extras["log_prob"],
-                                  scale(value), advantages, scale(targets), steps.mask)
+                                  scale(value), advantages, scale(targets), steps.mask, weight)
         progress = train.update.astype(jnp.float32) / sizes.num_updates
         clip_eps = (hp["clip_eps"] * (1.0 - progress) if p.anneal_clip_eps
                     else jnp.float32(hp["clip_eps"]))

@@ -98,12 +98,14 @@ def make_agent(p: PQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
 
         env_ids = rollout.local_env_ids(E, axis)
         perms = minibatch.epoch_permutations(key, U, env_ids, T)                  # [U, E, T]
-        batch = (steps.obs, steps.action, targets)
+        weight = None if steps.valid is None else steps.valid.astype(jnp.float32)
+        batch = (steps.obs, steps.action, targets, weight)   # weight: a pool's reset steps
 
         def sgd_step(carry, mb):
             params, opt_state = carry
-            grads, stats, grad_norm = qnet.global_mean_grad(td_loss, params, axis, *mb,
-                                                            hp["huber_delta"])
+            obs, action, target, w = mb
+            grads, stats, grad_norm = qnet.global_mean_grad(td_loss, params, axis, obs, action,
+                                                            target, hp["huber_delta"], w)
             updates, opt_state = opt.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), (stats, grad_norm)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jaxrl_dist.agents.torso import check_conv
 from jaxrl_dist.errors import ConfigError
 from jaxrl_dist.typed import doc as _doc
 
@@ -26,6 +27,11 @@ class QNetworkConfig:
                       "(flattens), auto = cnn for [H, W, C] observations", default="auto")
     cnn_channels: tuple[int, ...] = _doc("channels of the CNN torso's 3x3 conv layers (stride "
                                          "1, ReLU)", default=(16,))
+    cnn_kernels: tuple[int, ...] = _doc("square kernel size of each conv layer; empty = 3x3, "
+                                        "stride 1, padded (small grids); given = unpadded, "
+                                        "with cnn_strides (Atari: [8, 4, 3])", default=())
+    cnn_strides: tuple[int, ...] = _doc("stride of each conv layer when cnn_kernels is given "
+                                        "(Atari: [4, 2, 1]); empty = 1", default=())
 
 
 def require(ok: bool, message: str) -> None:
@@ -38,10 +44,10 @@ def check_network(n: QNetworkConfig, prefix: str) -> None:
             f"{', '.join(ACTIVATIONS)}, got {n.activation!r}")
     require(n.torso in TORSOS, f"{prefix}.network.torso must be one of {', '.join(TORSOS)}, "
             f"got {n.torso!r}")
-    for name in ("hidden", "cnn_channels"):
-        sizes = getattr(n, name)
-        require(all(s >= 1 for s in sizes),
-                f"{prefix}.network.{name} sizes must be >= 1, got {list(sizes)}")
+    check_conv(n, prefix)
+    require(all(s >= 1 for s in n.hidden),
+            f"{prefix}.network.hidden sizes must be >= 1, got {list(n.hidden)}")
+
 
 
 def check_exploration(c, prefix: str) -> None:

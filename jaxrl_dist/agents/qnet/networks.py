@@ -17,6 +17,7 @@ import optax
 from jax.flatten_util import ravel_pytree
 
 from jaxrl_dist.agents.qnet.config import QNetworkConfig
+from jaxrl_dist.agents.torso import conv_layers, input_scale
 from jaxrl_dist.distributions import MASKED_LOGIT
 from jaxrl_dist.envs import EnvError, EnvSpec
 
@@ -26,22 +27,26 @@ def _activation(name: str) -> Callable:
 
 
 class QNetwork(nn.Module):
-    """Optional 3x3 convolutions, dense layers (if asked, LayerNorm before every activation,
-    the convolutions' included), then Q-values [B, A], plainly or through a dueling head.
-    flax's default initialisers."""
+    """Optional convolutions (``conv``: ``nn.Conv`` arguments per layer, see ``agents.torso``),
+    dense layers (if asked, LayerNorm before every activation, the convolutions' included),
+    then Q-values [B, A], plainly or through a dueling head. flax's default initialisers."""
 
     hidden: Sequence[int]
     num_actions: int
     activation: str = "relu"
     layer_norm: bool = False
     dueling: bool = False
-    conv: Sequence[int] = ()
+    conv: Sequence[dict] = ()
+    scale: float = 1.0     # applied to the input first (1/255 for uint8 frames)
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         act = _activation(self.activation)
-        for channels in self.conv:
-            x = nn.Conv(channels, (3, 3), padding="SAME")(x)
+        x = x.astype(jnp.float32)
+        if self.scale != 1.0:
+            x = x * self.scale
+        for layer in self.conv:
+            x = nn.Conv(**layer)(x)
             if self.layer_norm:   # over each position's channels (purejaxql's MinAtar CNN)
                 x = nn.LayerNorm()(x)
             x = nn.relu(x)
@@ -77,16 +82,17 @@ def make_q_network(config: QNetworkConfig, spec: EnvSpec) -> QNet:
         raise EnvError(f"network.torso=cnn needs [H, W, C] observations, got shape "
                        f"{list(spec.obs_shape)}; use torso: mlp (or auto)")
     cnn = config.torso == "cnn" or (config.torso == "auto" and len(spec.obs_shape) == 3)
+    conv = conv_layers(config.cnn_channels, config.cnn_kernels, config.cnn_strides) if cnn else ()
     module = QNetwork(tuple(config.hidden), spec.action_dim, config.activation,
-                      config.layer_norm, config.dueling,
-                      tuple(config.cnn_channels) if cnn else ())
+                      config.layer_norm, config.dueling, tuple(conv),
+                      input_scale(spec.obs_dtype))
     dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
 
     def init(key: jax.Array) -> Any:
         return module.init(key, dummy)["params"]
 
     def apply(params: Any, obs: jax.Array) -> jax.Array:
-        return module.apply({"params": params}, obs.astype(jnp.float32))
+        return module.apply({"params": params}, obs)
 
     return QNet(init, apply)
 
@@ -125,15 +131,19 @@ def epsilon_greedy(q: jax.Array, mask: jax.Array | None, eps: jax.Array,
 
 
 def make_td_loss(net: QNet, kind: str) -> Callable:
-    """(params, obs [B, *obs], action [B], target [B], huber_delta) -> (mean TD loss,
-    [loss, mean Q of the taken actions]), the loss of every Q-learner here: ``huber``
-    (quadratic within ``huber_delta``, linear beyond) or ``mse`` (0.5 x squared error)."""
-    def loss_fn(params, obs, action, target, huber_delta):
+    """(params, obs [B, *obs], action [B], target [B], huber_delta, weight [B] or None) ->
+    (mean TD loss, [loss, mean Q of the taken actions]), the loss of every Q-learner here:
+    ``huber`` (quadratic within ``huber_delta``, linear beyond) or ``mse`` (0.5 x squared
+    error). Samples of weight 0 (not experience: a pool's reset step) add nothing; the mean
+    divides by B either way."""
+    def loss_fn(params, obs, action, target, huber_delta, weight=None):
         q = jnp.take_along_axis(net.apply(params, obs), action[:, None], 1)[:, 0]
         if kind == "huber":
             per_sample = optax.huber_loss(q - target, delta=huber_delta)
         else:
             per_sample = 0.5 * jnp.square(q - target)
+        if weight is not None:
+            per_sample = per_sample * weight
         loss = jnp.mean(per_sample)
         return loss, jnp.stack([loss, jnp.mean(q)])
     return loss_fn
