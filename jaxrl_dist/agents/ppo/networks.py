@@ -14,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from jaxrl_dist.agents import conv
 from jaxrl_dist.agents.ppo.config import NetworkConfig
 from jaxrl_dist.agents.torso import conv_layers, input_scale
 from jaxrl_dist.distributions import Categorical, DiagGaussian
@@ -65,7 +66,8 @@ class MLP(nn.Module):
             return nn.initializers.orthogonal(scale)
 
         for layer in self.conv:
-            x = nn.relu(nn.Conv(**layer, kernel_init=kernel(np.sqrt(2)))(x))
+            x = nn.relu(nn.Conv(**layer, kernel_init=kernel(np.sqrt(2)),
+                                conv_general_dilated=conv.conv_general_dilated)(x))
         x = x.reshape(x.shape[0], -1)  # without convolutions, images are flattened
         for size in self.hidden:
             x = act(nn.Dense(size, kernel_init=kernel(np.sqrt(2)))(x))

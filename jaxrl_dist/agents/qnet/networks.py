@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import optax
 from jax.flatten_util import ravel_pytree
 
+from jaxrl_dist.agents import conv
 from jaxrl_dist.agents.qnet.config import QNetworkConfig
 from jaxrl_dist.agents.torso import conv_layers, input_scale
 from jaxrl_dist.distributions import MASKED_LOGIT
@@ -46,7 +47,7 @@ class QNetwork(nn.Module):
         if self.scale != 1.0:
             x = x * self.scale
         for layer in self.conv:
-            x = nn.Conv(**layer)(x)
+            x = nn.Conv(**layer, conv_general_dilated=conv.conv_general_dilated)(x)
             if self.layer_norm:   # over each position's channels (purejaxql's MinAtar CNN)
                 x = nn.LayerNorm()(x)
             x = nn.relu(x)
