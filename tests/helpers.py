@@ -124,11 +124,11 @@ def train_in_process(config, num_devices):
     from jaxrl_dist import sharding
     from jaxrl_dist import sizes as sizes_lib
     from jaxrl_dist.agents import make_learner
-    from jaxrl_dist.envs import make_env
+    from jaxrl_dist.envs import from_config
 
     mesh = sharding.make_mesh(jax.devices()[:num_devices])
     sizes = sizes_lib.derive_sizes(config, num_devices)
-    learner = make_learner(config, sizes, make_env(config.env), mesh)
+    learner = make_learner(config, sizes, from_config(config), mesh)
     state = learner.init(jax.random.PRNGKey(config.seed))
     rows = []
     for _ in range(sizes.num_updates // config.updates_per_call):
