@@ -18,6 +18,8 @@ Measures what docs/benchmarks.md reports, by running the real command lines as s
   periodic    what checkpoints and replica checks cost the loop at the defaults (bench/periodic.py)
   accel       ours and rejax on a real GPU/TPU: throughput at thousands of envs and a population
               of hundreds of seeds in one program (bench/accel.py)
+  atari       acting + stepping an ale: config (no learning) against ale-py's own vector env
+              with random actions, same envs and threads, alternated (bench/atari.py)
   replay      a DQN checkpoint's size and save time with and without its replay buffer
               (--config a dqn config; bench/replay.py)
 
@@ -51,6 +53,7 @@ BENCHES = {
     "kernels": ("kernels", "bench_kernels"),
     "accel": ("accel", "bench_accel"),
     "replay": ("replay", "bench_replay"),
+    "atari": ("atari", "bench_atari"),
 }
 
 
