@@ -27,6 +27,8 @@ BAD = [  # (argv, words the one-line message must contain)
     ([CFG, "--set", "network.bounded_actions=sigmoid"], ["network.bounded_actions", "tanh"]),
     ([CFG, "--set", "network.actor_hidden=[64, x]"], ["network.actor_hidden"]),
     ([CFG, "--set", "env=Nope-v0"], ["Nope-v0", "CartPole-v1"]),
+    ([CFG, "--set", "env=ale:Pongg"], ["ale:Pongg", "did you mean pong"]),
+    ([CFG, "--set", "env=ale:Pong", "--set", "episode_length=100"], ["max_frames"]),
     ([CFG, "--set", "ppo=3"], ["ppo", "mapping"]),
     ([CFG, "--set", "algo=sac"], ["algo 'sac'", "known algorithm", "dqn, ppo, pqn"]),
     ([CFG, "--set", "algo=dqn"], ["section 'ppo:'", "algo is 'dqn'"]),
