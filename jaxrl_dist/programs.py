@@ -91,6 +91,9 @@ class Learner(NamedTuple):
     metrics: dict[str, str]           # what update/learn report: the agent's + SKIPPED
     env_inputs: EnvInputs = EnvInputs()  # what init_program and evaluate take last: the
                                       #   handles of pool environments (envs.pool), or ()
+    restored: Callable[[RunState], RunState] = lambda state: state
+    #   a restored state -> the state to train from (the learner's ``new_actors`` when the
+    #   actors were rebuilt rather than restored)
 
 
 class RunSettings(NamedTuple):
@@ -208,8 +211,19 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
 
     evaluate = make_eval_program(agent, spec, layout, settings.eval_episodes,
                                  settings.eval_deterministic, input_specs.eval)
+
+    def restored(state: RunState) -> RunState:
+        return state
+    if (agent.new_actors is not None and not agent.checkpointed.actors
+            and agent.checkpointed.data):
+        body = (jax.vmap(agent.new_actors, axis_name=layout.member_vmap_axis)
+                if layout.members else agent.new_actors)
+        cut = jax.jit(smap(body, (layout.envs,), layout.envs), donate_argnums=0)
+
+        def restored(state: RunState) -> RunState:   # noqa: F811
+            return state._replace(data=cut(state.data))
     return Learner(init, update, learn, collect, evaluate, abstract_state, layout, init_program,
-                   agent, specs, {**agent.metrics, SKIPPED: "sum"}, env_inputs)
+                   agent, specs, {**agent.metrics, SKIPPED: "sum"}, env_inputs, restored)
 
 
 def _open_pools(agent: Agent, spec: EnvSpec, layout: Layout, local_envs: int,

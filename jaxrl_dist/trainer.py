@@ -157,6 +157,7 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
                 raise CheckpointError(f"no complete checkpoint in {ckpt_dir}; run without "
                                       f"--resume to start a new run")
             state, meta = checkpointer.restore(state)
+            state = learner.restored(state)
             check_compatible(config_lib.with_defaults(meta["config"]), config_lib.to_dict(config))
             updates_done = int(meta["updates"])
         compiled = {n: f.result() for n, f in pending.items()}

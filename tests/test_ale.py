@@ -216,3 +216,18 @@ def test_sigterm_saves_the_learner_and_a_resumed_run_finishes(tmp_path):
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     summary = json.loads((run / "summary.json").read_text())
     assert summary["updates"] == 400 and summary["rebuilt_on_resume"] == ["actors"]
+
+
+def test_after_new_games_the_newest_rows_weigh_nothing():
+    """A resume starts new games in the pools; the buffer's newest n rows per column would
+    run on into them with no end between, so ``replay.cut`` gives them weight 0 (and only
+    them)."""
+    from jaxrl_dist.agents.dqn import replay as replay_lib
+
+    data = replay_lib.init(2, 6, 1, (1,), jnp.float32, False, pool=True)
+    data = data._replace(valid=jnp.ones((2, 6, 1), bool), position=jnp.array([4, 4]),
+                         rows=jnp.array([6, 6]))
+    cut = replay_lib.cut(data, 3)
+    np.testing.assert_array_equal(cut.valid[:, :, 0], [[1, 0, 0, 0, 1, 1]] * 2)
+    partial = replay_lib.cut(data._replace(position=jnp.array([2, 2]), rows=jnp.array([2, 2])), 3)
+    np.testing.assert_array_equal(partial.valid[:, :, 0], [[0, 0, 1, 1, 1, 1]] * 2)

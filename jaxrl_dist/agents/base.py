@@ -62,6 +62,9 @@ class Agent(NamedTuple):
     steps_per_env: int                     # rollout length per update
     keep_final_obs: bool = False           # rollout keeps each step's pre-reset observation
     checkpointed: RunState = RunState(True, True, True)   # slots saved (False: rebuilt)
+    new_actors: Callable[[Any], Any] | None = None
+    #   data -> data, when a resumed run rebuilt the actors instead of restoring them (a pool's
+    #   new games): a learner whose data holds unfinished trajectories ends them there
 
 
 def check_aggregations(agent: Agent) -> None:

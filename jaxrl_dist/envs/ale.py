@@ -35,7 +35,7 @@ DEFAULTS = dict(
     noop_max=30,                      # up to 30 random no-ops after each reset
     repeat_action_probability=0.25,   # sticky actions (v5); 0 = deterministic emulator
     full_action_space=False,          # 18 actions, else the game's minimal set
-    fire_reset=True,                  # press FIRE after a reset in games that need it
+    fire_reset=True,                  # press FIRE at each reset in games that need it
     clip_rewards=True,                # learn from sign(reward); scores unclipped
     episodic_life=False,              # a lost life ends the episode for learning only
     max_frames=108_000,               # time limit (emulator frames): a truncation

@@ -150,4 +150,5 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
     return Agent(
         **qnet.agent_parts(net, spec), init=init, acting=acting, learn=learn, metrics=METRICS,
         steps_per_env=d.num_steps, keep_final_obs=d.bootstrap_truncation and not pool,
-        checkpointed=RunState(True, True, d.checkpoint_buffer))
+        checkpointed=RunState(True, True, d.checkpoint_buffer),
+        new_actors=lambda data: replay_lib.cut(data, d.n_step))

@@ -64,7 +64,8 @@ def init(shards: int, rows: int, envs_per_shard: int, obs_shape: tuple[int, ...]
     return Replay(obs=zeros(obs_dtype, *obs_shape), action=zeros(jnp.int32),
                   reward=zeros(jnp.float32), terminated=zeros(bool), truncated=zeros(bool),
                   final_obs=zeros(obs_dtype, *obs_shape) if store_final_obs else None,
-                  valid=zeros(bool) if pool else None, position=jnp.zeros(shards, jnp.int32), rows=jnp.zeros(shards, jnp.int32))
+                  valid=zeros(bool) if pool else None, position=jnp.zeros(shards, jnp.int32),
+                  rows=jnp.zeros(shards, jnp.int32))
 
 
 def add(replay: Replay, steps: Transition) -> Replay:
@@ -147,6 +148,20 @@ def sample(replay: Replay, key: jax.Array, shard_ids: jax.Array, per_shard: int,
 
     out = jax.vmap(one_shard)(replay, shard_ids)
     return jax.tree.map(lambda x: x.reshape(-1, *x.shape[2:]), out)
+
+
+def cut(replay: Replay, n: int) -> Replay:
+    """After a resume that started new games in a pool (``envs.pool``): the newest ``n`` rows
+    of every column continue into a different game with no end between them, so samples drawn
+    there weigh 0 (their windows would sum two games' rewards)."""
+    if replay.valid is None:
+        return replay
+    length = replay.valid.shape[1]
+    rows = jnp.arange(length)
+    position, filled = replay.position[:, None], replay.rows[:, None]
+    age = (position - 1 - rows) % length                     # 0 = the newest row
+    newest = (age < n) & (age < filled)                       # [S_local, L]
+    return replay._replace(valid=replay.valid & ~newest[:, :, None])
 
 
 def nbytes(replay: Replay) -> int:

@@ -25,8 +25,9 @@ class NetworkConfig:
     torso: str = _doc("observation encoder: cnn (3x3 convolutions, for [H, W, C] grids and "
                       "images), mlp (flattens), auto = cnn for [H, W, C] observations",
                       default="auto")
-    cnn_channels: tuple[int, ...] = _doc("channels of the CNN torso's 3x3 conv layers (stride 1,"
-                                         " ReLU), before the hidden layers", default=(16,))
+    cnn_channels: tuple[int, ...] = _doc("channels of the CNN torso's conv layers (ReLU; 3x3, "
+                                         "stride 1 unless cnn_kernels says otherwise), before "
+                                         "the hidden layers", default=(16,))
     cnn_kernels: tuple[int, ...] = _doc("square kernel size of each conv layer; empty = 3x3, "
                                         "stride 1, padded (small grids); given = unpadded, "
                                         "with cnn_strides (Atari: [8, 4, 3])", default=())
