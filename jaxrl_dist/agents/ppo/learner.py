@@ -49,4 +49,6 @@ def make_agent(p: PPOConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         acting=acting, noise=noise, act=act, env_action=nets.env_action,
         learn=make_learn_fn(p, sizes, spec, nets, layout.data_axis),
         policy=policy, policy_params=policy_params, metrics=METRICS,
-        steps_per_env=p.num_steps, keep_final_obs=p.bootstrap_truncation)
+        # a pool's final observations are the next step's (envs.pool): not stored twice
+        steps_per_env=p.num_steps,
+        keep_final_obs=p.bootstrap_truncation and spec.pool is None)

@@ -149,13 +149,17 @@ def make_learn_fn(p: PPOConfig, sizes: Sizes, spec: EnvSpec, nets: Networks, axi
         # ADVANTAGES. A time limit is not a terminal state: credit the value of where it
         # stopped (the real final observation, before the auto-reset).
         value = values(steps.obs)
+        last_value = value_fn(trajectory.last_obs)
         reward = steps.reward
         if p.bootstrap_truncation:
-            reward = losses.bootstrap_truncation(reward, steps.truncated,
-                                                 values(steps.final_obs), hp["gamma"])
+            if steps.final_obs is None:   # a pool's: where a step ended is the next obs
+                final_value = jnp.concatenate([value[1:], last_value[None]])
+            else:
+                final_value = values(steps.final_obs)
+            reward = losses.bootstrap_truncation(reward, steps.truncated, final_value,
+                                                 hp["gamma"])
         done = jnp.logical_or(steps.terminated, steps.truncated)
-        advantages, targets = losses.compute_gae(reward, value, done,
-                                                 value_fn(trajectory.last_obs), hp["gamma"],
+        advantages, targets = losses.compute_gae(reward, value, done, last_value, hp["gamma"],
                                                  hp["gae_lambda"])
         weight = None
         if steps.valid is not None:   # a pool's reset steps: no advantage, no loss

@@ -85,11 +85,14 @@ def make_agent(p: PQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         T, E = steps.reward.shape
         hp = hp_of(train.hparams)
         opt = optimizer(hp)
-        if p.bootstrap_truncation:
+        if p.bootstrap_truncation and steps.final_obs is not None:
             next_obs, terminated = steps.final_obs, steps.terminated
-        else:   # the step after is the next obs (a reset's after an end, then unused)
+        else:   # the step after is the next obs: a reset's after an end (then unused), or
+                # for a pool where the episode ended (envs.pool)
             next_obs = jnp.concatenate([steps.obs[1:], trajectory.last_obs[None]])
-            terminated = steps.terminated | steps.truncated
+            terminated = steps.terminated
+            if not p.bootstrap_truncation:
+                terminated = terminated | steps.truncated
         next_q = jnp.max(net.apply(train.params, next_obs.reshape(-1, *spec.obs_shape)),
                          axis=-1).reshape(T, E)
         targets = q_lambda_targets(steps.reward * hp["reward_scale"], next_q, terminated,
@@ -127,4 +130,5 @@ def make_agent(p: PQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
 
     return Agent(
         **qnet.agent_parts(net, spec), init=init, acting=acting, learn=learn, metrics=METRICS,
-        steps_per_env=p.num_steps, keep_final_obs=p.bootstrap_truncation)
+        steps_per_env=p.num_steps,
+        keep_final_obs=p.bootstrap_truncation and spec.pool is None)   # see learn
