@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Apply ddp_cpu.patch (CPU/gloo DDP for DI-engine 0.5.3) to a venv's site-packages.
-# Usage: apply_patch.sh [VENV]   (default /work/main/.bench/diengine). Idempotent.
+# Usage: apply_patch.sh [VENV]   (default .bench/diengine). Idempotent.
 set -euo pipefail
-VENV=${1:-/work/main/.bench/diengine}
+VENV=${1:-.bench/diengine}
 PATCH=$(cd "$(dirname "$0")" && pwd)/ddp_cpu.patch
 SP=$(nice -n 19 "$VENV/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
 cd "$SP"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Recreate the DI-engine 0.5.3 CPU venv from scratch (niced; ~2-4 min, 1.8 GB). Usage: make_venv.sh [VENV]
 set -euo pipefail
-VENV=${1:-/work/main/.bench/diengine}
+VENV=${1:-.bench/diengine}
 D=$(cd "$(dirname "$0")" && pwd)
 rm -rf "$VENV"
 nice -n 19 python3.11 -m venv "$VENV"
