@@ -56,12 +56,12 @@ def test_run_once_programs_compile_cheaper_to_bitwise_the_same_results(tiny_conf
     learner = make_learner(tiny_config, sizes, from_config(tiny_config, None, None), layout)
     key = jax.random.PRNGKey(5)
     init = learner.init_program.lower(key, {}, ())
-    states = [init.compile(options)(key, {}) for options in (None, once)]
+    states = [init.compile(options)(key, {}, ()) for options in (None, once)]
     for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
         assert (a == b).all()
     state, _ = learner.update(states[0], 2)   # trained parameters: a non-trivial policy
-    evaluate = learner.evaluate.lower(state.train, key)
-    returns = [evaluate.compile(options)(state.train, key) for options in (None, once)]
+    evaluate = learner.evaluate.lower(state.train, key, ())
+    returns = [evaluate.compile(options)(state.train, key, ()) for options in (None, once)]
     for name in returns[0]:
         assert float(returns[0][name]) == float(returns[1][name]), name
 
