@@ -49,8 +49,9 @@ class Config:
         "passed to the suite's constructor (e.g. {backend: positional} for brax:, config "
         "overrides for playground:)", default_factory=dict)
     episode_length: int | None = _doc("time limit (truncated, bootstrapped) for suites whose "
-                                      "environments have none (brax:, playground:; xminigrid: "
-                                      "and craftax: replace theirs); null = the suite's default",
+                                      "environments have none (brax:, playground:; gymnax, "
+                                      "xminigrid: and craftax: replace theirs: CartPole-v1 at "
+                                      "200 is CartPole-v0); null = the suite's default",
                                       default=None)
     seed: int = _doc("PRNG seed; same seed + config = same result on any topology", default=0)
     total_timesteps: int = _doc("global environment steps to train for", default=500_000)

@@ -59,6 +59,20 @@ def test_lazy_reset_step_equals_gymnax_step(name):
         assert truncated.any()
 
 
+def test_episode_length_replaces_a_gymnax_time_limit():
+    """episode_length on a gymnax id sets its max_steps_in_episode (CartPole-v1 at 200 is
+    CartPole-v0): Pendulum, which never terminates, is truncated every 50 steps, and the step
+    still equals gymnax's own with those params."""
+    spec = envs.make_env("Pendulum-v1", episode_length=50)
+    assert spec.max_episode_steps == 50
+    got, want = _rollouts(spec, num_envs=2, num_steps=120)
+    truncated = np.asarray(got[3])
+    np.testing.assert_array_equal(truncated, np.asarray(want[3]))
+    assert sorted(set(np.nonzero(truncated)[0])) == [49, 99]
+    with pytest.raises(envs.EnvError, match="episode_length must be >= 1"):
+        envs.make_env("CartPole-v1", episode_length=0)
+
+
 def test_step_without_autoreset_matches_until_each_episode_ends():
     """Evaluation steps with autoreset=False: the same outputs as the auto-resetting step up to
     and including each environment's first end, and afterwards no reset (the state keeps

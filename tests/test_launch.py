@@ -37,6 +37,14 @@ def test_two_processes_match_one_process_four_devices(tmp_path):
     # only rank 0 writes run files: rank 1's log has no progress line, and nothing else is there
     assert sorted(p.name for p in run.iterdir()) == ["checkpoints", "config.yaml", "logs",
                                                      "metrics.jsonl", "summary.json", "tb"]
+    # again: EVERY process reads its programs from the persistent cache (on CPUs each
+    # process's cache keys are its own; JAX alone writes process 0's only)
+    again = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "2", CFG, *TINY,
+                          "--run-dir", str(tmp_path / "mp2")])
+    assert again.returncode == 0, again.stderr[-3000:]
+    for rank, line in summaries(tmp_path / "mp2" / "logs").items():
+        assert line["compile_cache"]["misses"] == 0, (rank, line["compile_cache"])
+        assert line["param_fingerprint"] == ranks[0]["param_fingerprint"]
 
     single = subprocess.run([sys.executable, "-m", "jaxrl_dist.train", CFG, *TINY,
                              "--cpu-devices", "4", "--run-dir", str(tmp_path / "sp"),

@@ -124,14 +124,25 @@ def spec_from_gymnax(env: Any, params: Any, name: str, adapter: Any = None,
                    f"(need Discrete or Box)")
 
 
-def make(name: str, params: Any = None, **kwargs: Any) -> EnvSpec:
-    """``CartPole-v1`` etc. (gymnax's registry); ``kwargs`` go to ``gymnax.make``."""
+def make(name: str, params: Any = None, episode_length: int | None = None,
+         **kwargs: Any) -> EnvSpec:
+    """``CartPole-v1`` etc. (gymnax's registry); ``kwargs`` go to ``gymnax.make``.
+    ``episode_length`` replaces the environment's time limit (``max_steps_in_episode``):
+    CartPole-v1 at 200 is CartPole-v0, the version DI-engine and older papers report."""
     gymnax = import_gymnax()
     if name not in gymnax.registered_envs:
         raise EnvError(f"unknown environment {name!r}; gymnax provides: "
                        f"{', '.join(gymnax.registered_envs)}")
     env, default_params = gymnax.make(name, **kwargs)
-    return spec_from_gymnax(env, default_params if params is None else params, name)
+    params = default_params if params is None else params
+    if episode_length is not None:
+        if not hasattr(params, "max_steps_in_episode"):
+            raise EnvError(f"{name} has no time limit to set (max_steps_in_episode); "
+                           f"drop episode_length")
+        if int(episode_length) < 1:
+            raise EnvError(f"episode_length must be >= 1, got {episode_length}")
+        params = params.replace(max_steps_in_episode=int(episode_length))
+    return spec_from_gymnax(env, params, name)
 
 
 def from_object(env: Any, params: Any = None) -> EnvSpec:

@@ -56,8 +56,9 @@ def make_env(env: Any, env_params: Any = None, *, episode_length: int | None = N
     """An :class:`EnvSpec` from ``suite:name``, a gymnax id, or a gymnax-style object.
 
     Args:
-      episode_length: time limit for suites without one of their own (Brax, Playground); for
-        the others it must be None (their own limits apply).
+      episode_length: the time limit: for suites without one of their own (Brax, Playground)
+        and in place of gymnax's, Craftax's and XLand-MiniGrid's; None = the suite's default.
+        Jumanji and ale: refuse it (their limits are their own settings).
       env_kwargs: passed to the suite's constructor (e.g. ``backend`` for Brax).
     """
     kwargs = dict(env_kwargs or {})
@@ -68,10 +69,7 @@ def make_env(env: Any, env_params: Any = None, *, episode_length: int | None = N
     require(suite)
     module = importlib.import_module(SUITES[suite][0])
     if suite == "gymnax":
-        if episode_length is not None:
-            raise EnvError("episode_length applies to brax: and playground: environments; "
-                           "gymnax environments keep their own time limit")
-        return module.make(name, env_params, **kwargs)
+        return module.make(name, env_params, episode_length=episode_length, **kwargs)
     try:
         with _process_local_devices():
             spec = module.make(name, episode_length=episode_length, **kwargs)
