@@ -15,7 +15,8 @@ import pytest
 
 pytest.importorskip("ale_py", reason="the ale extra is not installed: pip install -e '.[ale]'")
 
-from helpers import _env, max_rel_diff, run_launcher, summaries, train_in_process  # noqa: E402
+from helpers import (_env, max_rel_diff, params_of, run_launcher, summaries,  # noqa: E402
+                     train_in_process)
 from jaxrl_dist import config as config_lib  # noqa: E402
 from jaxrl_dist.envs import EnvError, make_env, pool as pool_lib  # noqa: E402
 
@@ -183,6 +184,28 @@ def test_pong_dqn_through_the_launcher_killed_and_restarted(tmp_path):
     assert saved["num_processes"] == 2 and saved["eval_return"] is not None
     log = (run / "logs" / "rank0.log").read_text(errors="replace")
     assert "resuming at 8" in log and "started afresh: actors" in log
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.slow
+def test_two_processes_learn_what_one_process_with_two_devices_learns(tmp_path):
+    """Topology invariance across processes: each process opens its own pool, seeded by global
+    environment indices, so 2 processes x 1 device play the games and learn the parameters of
+    1 process x 2 devices (up to the float order of the cross-process reductions)."""
+    args = _tiny_pong(tmp_path, checkpoint_every=0, eval_every=0, total_timesteps=384)
+    multi = run_launcher(["--nproc-per-node", "2", "configs/pong_dqn.yaml", *args,
+                          "--run-dir", str(tmp_path / "mp")], timeout=280)
+    assert multi.returncode == 0, multi.stderr[-3000:]
+    single = subprocess.run([sys.executable, "-m", "jaxrl_dist.train", "configs/pong_dqn.yaml",
+                             *args, "--cpu-devices", "2", "--run-dir", str(tmp_path / "sp"),
+                             "--no-progress"], env=_env(), capture_output=True, text=True,
+                            timeout=280)
+    assert single.returncode == 0, single.stderr[-3000:]
+    (mp, mp_meta), (sp, _) = params_of(tmp_path / "mp"), params_of(tmp_path / "sp")
+    assert mp_meta["updates"] == 12   # 4 of them learned (learning starts after update 8)
+    assert max_rel_diff(mp, sp) <= 1e-5
+    ranks = summaries(tmp_path / "mp" / "logs")
+    assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"]
 
 
 @pytest.mark.timeout(300)
