@@ -3,6 +3,7 @@ ale-py's own vector environment does, its late reset step never becomes training
 do not depend on the topology, and the launcher runs, kills, resumes and preempts a Pong job."""
 
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -183,7 +184,8 @@ def test_pong_dqn_through_the_launcher_killed_and_restarted(tmp_path):
     assert saved["updates"] == 20 and saved["rebuilt_on_resume"] == ["actors"]
     assert saved["num_processes"] == 2 and saved["eval_return"] is not None
     log = (run / "logs" / "rank0.log").read_text(errors="replace")
-    assert "resuming at 8" in log and "started afresh: actors" in log
+    # the newest checkpoint complete when rank 1 died (8 unless its async write was still going)
+    assert re.search(r"resuming at [48] ", log) and "started afresh: actors" in log
 
 
 @pytest.mark.timeout(300)
