@@ -57,10 +57,10 @@ def enable(setting: str | None) -> Path | None:
     except OSError as e:
         raise ConfigError(f"compile_cache: cannot create {path} ({e.strerror}); pass a "
                           f"writable directory or --set compile_cache=null") from None
+    _write_from_every_process()
     if current:
         return Path(current)
     jax.config.update("jax_compilation_cache_dir", str(path))
-    _write_from_every_process()
     # cache every program of a run (the default skips those compiled in under a second)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
     jax.config.update("jax_persistent_cache_min_entry_size_bytes", 0)
@@ -72,16 +72,23 @@ def _write_from_every_process() -> None:
     process 0 only (to spare shared filesystems concurrent writes of one key); on CPUs the
     processes' keys differ (measured with jax 0.10.2: compile options and device hash), so the
     others never hit and recompiled every program of every run: 4.2 s vs 1.3 s for rank 1 vs
-    rank 0 of a 2-process CartPole DQN start. Their entries have their own keys, so no two
-    processes write one file. Uses JAX internals (jax 0.10); if they moved, JAX's behaviour stays."""
+    rank 0 of a 2-process CartPole DQN start. Their entries have keys of their own, so
+    processes do not write one file (were two keys ever equal, the cost would be a cache warning
+    and a miss). Uses a JAX internal (jax 0.10.2); patched only where its signature is the one
+    read here, so another JAX keeps its own behaviour."""
     try:
+        import inspect
+
         from jax._src import compilation_cache as jax_cache
         from jax._src import compiler
         from jax._src import distributed as jax_distributed
         original = compiler._cache_write
-    except (ImportError, AttributeError):
+        names = tuple(inspect.signature(original).parameters)
+    except (ImportError, AttributeError, TypeError, ValueError):
         return
-    if getattr(original, "_jaxrl_dist", False):
+    if getattr(original, "_jaxrl_dist", False) or names != (
+            "cache_key", "compile_time_secs", "module_name", "backend", "executable",
+            "host_callbacks"):
         return
 
     def cache_write(cache_key, compile_time_secs, module_name, backend, executable,
@@ -94,8 +101,12 @@ def _write_from_every_process() -> None:
         try:
             jax_cache.put_executable_and_time(cache_key, module_name, executable, backend,
                                               int(compile_time_secs))
-        except Exception as e:   # a cache that cannot be written only costs compile time
-            warnings.warn(f"compile cache: could not write {module_name}: {e}")
+        except Exception as e:   # as JAX's own write: a warning unless told to raise
+            should_raise = getattr(compiler, "_should_raise_persistent_cache_error", None)
+            if should_raise is not None and should_raise(e):
+                raise
+            warnings.warn(f"Error writing persistent compilation cache entry for "
+                          f"'{module_name}': {type(e).__name__}: {e}")
 
     cache_write._jaxrl_dist = True
     compiler._cache_write = cache_write

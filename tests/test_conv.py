@@ -13,7 +13,8 @@ DN = ("NHWC", "HWIO", "NHWC")
 
 @pytest.mark.parametrize("shape,kernel,stride,padding", [
     ((3, 84, 84, 4), (8, 8, 4, 5), 4, "VALID"),     # Nature DQN's first layer
-    ((3, 20, 20, 5), (4, 4, 5, 6), 2, "VALID"),     # its second (odd remainder rows dropped)
+    ((3, 20, 20, 5), (4, 4, 5, 6), 2, "VALID"),     # its second
+    ((2, 11, 11, 6), (3, 3, 6, 4), 2, "SAME"),      # SAME with a stride, a remainder row
     ((2, 10, 10, 4), (3, 3, 4, 7), 1, "SAME"),      # MinAtar's torso
     ((2, 9, 7, 3), (3, 2, 3, 4), 2, ((1, 2), (0, 1))),   # uneven explicit pads, strides
 ])

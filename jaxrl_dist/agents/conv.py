@@ -9,8 +9,9 @@ gradient step at batch 64 in a scan, 50 ms outside one). Written as im2col, the 
 gathered by strided slices into one ``[N*OH*OW, KH*KW*C]`` matrix times the ``[KH*KW*C, O]``
 kernel, every convolution and both of its gradients are dots, which XLA:CPU hands to its fast
 matrix-multiplication library, in loops or not. Gathering the windows costs one slice per
-kernel position, so an 8x8 kernel over 4 frames (Nature DQN's first layer: 64 slices of 4
-channels) stays a convolution, with its weight gradient written as a forward convolution (the
+kernel position and a patch matrix kh x kw / strides times the input, so kernels of more than
+16 positions (Nature DQN's 8x8 first layer over 4 frames: 64 slices of 4 channels) stay a
+convolution, with its weight gradient written as a forward convolution (the
 channels as batch, the batch as features, the output gradient as the kernel, the stride as
 kernel dilation), which stays on XLA's fast path. Measured on this 2-core AMD EPYC (a scan of
 double-DQN gradient steps, forward+backward, one core / both): Nature DQN at batch 32, 42 -> 36
@@ -80,7 +81,7 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None,
     """``lax.conv_general_dilated``'s signature (what flax calls); NHWC inputs, HWIO kernels."""
     plain = (lhs.ndim == 4 and feature_group_count == 1 and precision is None and not kwargs
              and all(d == 1 for d in (lhs_dilation or ()) + (rhs_dilation or ()))
-             and dimension_numbers in (None, _DN, lax.ConvDimensionNumbers(
+             and dimension_numbers in (_DN, lax.ConvDimensionNumbers(
                  lhs_spec=(0, 3, 1, 2), rhs_spec=(3, 2, 0, 1), out_spec=(0, 3, 1, 2)))
              and jax.default_backend() == "cpu")
     if plain:
@@ -94,7 +95,7 @@ def conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation=None,
         return lax.conv_general_dilated(lhs, rhs, window_strides, padding, lhs_dilation,
                                         rhs_dilation, dimension_numbers, feature_group_count,
                                         precision=precision, **kwargs)
-    kh, kw, c = rhs.shape[:3]
-    if kh * kw > 16 and c < 16:   # many thin windows (Nature's 8x8 over 4 frames): direct
+    kh, kw = rhs.shape[:2]
+    if kh * kw > 16:   # many windows (Nature's 8x8 over 4 frames), a large patch matrix: direct
         return _plain(lhs, rhs, strides, padding)
     return im2col_conv(lhs, rhs, strides, padding)

@@ -10,6 +10,8 @@ from ding.utils import DDPContext
 from dizoo.classic_control.cartpole.config import cartpole_dqn_ddp_config as cfg
 
 args = [a for a in sys.argv[1:] if not a.startswith(("--local-rank", "--local_rank"))]
+if len(args) not in (1, 3):
+    sys.exit(__doc__)
 seed = int(args[0])
 max_env_step = int(1e10)
 if len(args) > 1:
