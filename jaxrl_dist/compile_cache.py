@@ -7,8 +7,8 @@ hit is exactly the program a fresh compile would give (results stay bitwise the 
 and TPUs the key is the same on every process: process 0 writes entries and every process reads
 them. On CPUs each process's key differs (its compile options and device hash name its own
 device), so each process writes its own entries (:func:`_write_from_every_process`); without
-that, process 1 of every multi-process CPU job recompiled everything on every run. The directory is fixed by the first compile in
-a process, so it is set before anything is compiled.
+that, process 1 of every multi-process CPU job recompiled everything on every run. The
+directory is fixed by the first compile in a process, so it is set before anything is compiled.
 """
 
 from __future__ import annotations

@@ -97,8 +97,8 @@ def start_training(run: Path, args: list[str]) -> subprocess.Popen:
     return launcher
 
 
-def train_cli(run_dir, *extra, devices=2, args=SMALL, timeout=240, **env):
-    proc = subprocess.run([sys.executable, "-m", "jaxrl_dist.train", CFG, *args,
+def train_cli(run_dir, *extra, devices=2, args=SMALL, timeout=240, config=CFG, **env):
+    proc = subprocess.run([sys.executable, "-m", "jaxrl_dist.train", config, *args,
                            "--cpu-devices", str(devices), "--run-dir", str(run_dir),
                            "--no-progress", *extra],
                           env=_env(**env), capture_output=True, text=True, timeout=timeout)

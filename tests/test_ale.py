@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("ale_py", reason="the ale extra is not installed: pip install -e '.[ale]'")
 
 from helpers import (_env, max_rel_diff, params_of, run_launcher, summaries,  # noqa: E402
-                     train_in_process)
+                     train_cli, train_in_process)
 from jaxrl_dist import config as config_lib  # noqa: E402
 from jaxrl_dist.envs import EnvError, make_env, pool as pool_lib  # noqa: E402
 
@@ -198,10 +198,7 @@ def test_two_processes_learn_what_one_process_with_two_devices_learns(tmp_path):
     multi = run_launcher(["--nproc-per-node", "2", "configs/pong_dqn.yaml", *args,
                           "--run-dir", str(tmp_path / "mp")], timeout=280)
     assert multi.returncode == 0, multi.stderr[-3000:]
-    single = subprocess.run([sys.executable, "-m", "jaxrl_dist.train", "configs/pong_dqn.yaml",
-                             *args, "--cpu-devices", "2", "--run-dir", str(tmp_path / "sp"),
-                             "--no-progress"], env=_env(), capture_output=True, text=True,
-                            timeout=280)
+    single, _ = train_cli(tmp_path / "sp", config="configs/pong_dqn.yaml", args=args, timeout=280)
     assert single.returncode == 0, single.stderr[-3000:]
     (mp, mp_meta), (sp, _) = params_of(tmp_path / "mp"), params_of(tmp_path / "sp")
     assert mp_meta["updates"] == 12   # 4 of them learned (learning starts after update 8)

@@ -18,6 +18,8 @@ from ding.worker import InteractionSerialEvaluator  # noqa: E402
 from dizoo.atari.config.serial.pong import pong_dqn_ddp_config as cfg  # noqa: E402
 
 args = [a for a in sys.argv[1:] if not a.startswith(("--local-rank", "--local_rank"))]
+if len(args) != 2:
+    sys.exit(__doc__)
 buffer, max_env_step = int(args[0]), int(args[1])
 cfg.main_config.policy.other.replay_buffer.replay_buffer_size = buffer
 cfg.main_config.exp_name = "pong_dqn_ddp_speed"
