@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -93,6 +94,36 @@ def _replace_file(path: Path, text: str, operation: str = "writing") -> None:
         tmp.unlink(missing_ok=True)
 
 
+class Background:
+    """The host's per-call logging (rows, metrics.jsonl, TensorBoard, progress line) on one
+    thread of its own, in call order, so the loop goes back to dispatching at once: on a GPU a
+    population's logging took longer than a call's device work (docs/benchmarks.md). A failed
+    write is raised in the loop at the next ``submit`` or at ``close``."""
+
+    def __init__(self) -> None:
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxrl_dist-log")
+        self._futures: list[Future] = []
+
+    def submit(self, fn, *args: Any) -> None:
+        self._raise_failed()
+        self._futures.append(self._pool.submit(fn, *args))
+
+    def _raise_failed(self) -> None:
+        done = [f for f in self._futures if f.done()]
+        self._futures = [f for f in self._futures if not f.done()]
+        for f in done:
+            f.result()
+
+    def close(self, wait: bool = True) -> None:
+        """Wait for every submitted write and raise the first failure (``wait=False``: an
+        error is already on its way up; drop what is queued)."""
+        self._pool.shutdown(wait=wait, cancel_futures=not wait)
+        if wait:
+            for f in self._futures:
+                f.result()
+        self._futures = []
+
+
 class NullReporter:
     """What non-zero processes use: every call is a no-op."""
 
@@ -167,33 +198,42 @@ class RunReporter(NullReporter):
 
     def log(self, row: dict[str, Any]) -> None:
         """One metrics row (a population logs one row per member, with a ``member`` key)."""
+        self._write_rows([row])
+
+    def _write_rows(self, rows: list[dict[str, Any]]) -> None:
+        """metrics.jsonl lines in ONE write (the file is line-buffered: a write per row was a
+        system call per member), and the TensorBoard runs that exist for these rows."""
         faults.raise_thread_fault("writing TensorBoard events to", self.run_dir / "tb")
-        row = {k: _clean(v) for k, v in row.items()}
+        rows = [{k: _clean(v) for k, v in row.items()} for row in rows]
+        text = "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows)
         with faults.writing("writing", self.run_dir / "metrics.jsonl"):
-            self._metrics.write(json.dumps(row, allow_nan=False) + "\n")
-        member = row.get("member")
-        if self._tb is not None and (member is None or member < self.member_runs):
-            self._scalars(self._writer(member), row)
+            self._metrics.write(text)
+        if self._tb is None:
+            return
+        for row in rows:
+            member = row.get("member")
+            if member is None or member < self.member_runs:
+                self._scalars(self._writer(member), row)
 
     def log_population(self, rows: list[dict[str, Any]]) -> None:
         """One call of a population: every member's row, and in the main TensorBoard run the
         mean, min and max over the members of each metric (the call's shared fields once)."""
-        for row in rows:
-            self.log(row)
+        self._write_rows(rows)
         if self._tb is None:
             return
-        columns: dict[str, list[float]] = {}
-        for row in rows:
-            for name, value in row.items():
-                if name not in _NOT_SCALARS + _SHARED and isinstance(value, (int, float)) \
-                        and math.isfinite(value):
-                    columns.setdefault(name, []).append(float(value))
         summary = {"env_steps": rows[0]["env_steps"],
                    **{name: rows[0][name] for name in _SHARED if name in rows[0]}}
-        for name, values in columns.items():
-            tag = name if "/" in name else f"train/{name}"
-            summary.update({f"{tag}/mean": float(np.mean(values)),
-                            f"{tag}/min": min(values), f"{tag}/max": max(values)})
+        for name in rows[0]:
+            if name in _NOT_SCALARS or name in _SHARED:
+                continue
+            values = np.asarray([v for r in rows if isinstance(v := r.get(name), (int, float))],
+                                np.float64)
+            values = values[np.isfinite(values)]
+            if values.size:
+                tag = name if "/" in name else f"train/{name}"
+                summary.update({f"{tag}/mean": float(values.mean()),
+                                f"{tag}/min": float(values.min()),
+                                f"{tag}/max": float(values.max())})
         self._scalars(self._tb, summary)
 
     @staticmethod

@@ -3,6 +3,7 @@ setup. ``state`` (the one pytree of arrays) changes every call; the rest is book
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +39,10 @@ class Run:
     first_update: int
     compile_time: float
     start: float
-    rows: list[dict[str, Any]] = field(default_factory=list)   # one per member per call
+    # per member: the latest and the best training episode return logged (for the summary;
+    # kept as they arrive, so the summary costs O(members), not O(members x rows))
+    final_return: dict[int, float] = field(default_factory=dict)
+    best_return: dict[int, float] = field(default_factory=dict)
     evals: list[dict[str, Any]] = field(default_factory=list)  # one per evaluation
     status: str = "completed"
     solved_at: int | None = None
@@ -49,7 +53,26 @@ class Run:
     compile_programs: dict[str, float] = field(default_factory=dict)   # s, trace+lower+compile
     device_kind: str = ""
     last_checkpoint: int | None = None   # step of the latest complete checkpoint at the end
+    # seconds per phase of the run's host side (summary.json "time_s"): where a slow run's
+    # wall time went without a profiler (e.g. host logging longer than a device call)
+    timing: dict[str, float] = field(default_factory=dict)
     watch: Any = None   # faults.DivergenceWatch: streaks of updates skipped as non-finite
+
+    def record_returns(self, rows: list[dict[str, Any]]) -> None:
+        """Fold one call's metrics rows (one per member) into the final and best returns."""
+        for row in rows:
+            value = row.get("episode_return")
+            if value is None:
+                continue
+            m = row.get("member", 0)
+            self.final_return[m] = value
+            self.best_return[m] = max(value, self.best_return.get(m, value))
+
+    def timed(self, phase: str, begin: float) -> float:
+        """Add the seconds since ``begin`` to ``phase``; returns now."""
+        now = time.perf_counter()
+        self.timing[phase] = self.timing.get(phase, 0.0) + now - begin
+        return now
 
     def meta(self) -> dict[str, Any]:
         return {"updates": self.updates_done,

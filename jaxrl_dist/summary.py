@@ -28,17 +28,10 @@ def build(run: Run, stats: list[tuple[float, str]]) -> dict[str, Any]:
     count = layout.members or 1
     last = run.evals[-1] if run.evals else None
 
-    def final_return(m: int) -> float | None:
-        returns = [r["episode_return"] for r in run.rows
-                   if r.get("member", 0) == m and r["episode_return"] is not None]
-        return returns[-1] if returns else None
-
     def member_row(m: int) -> dict[str, Any]:
         return {"param_norm": stats[m][0], "param_fingerprint": stats[m][1],
-                "final_return": final_return(m),
-                "best_return": max((r["episode_return"] for r in run.rows
-                                    if r.get("member", 0) == m
-                                    and r["episode_return"] is not None), default=None),
+                "final_return": run.final_return.get(m),
+                "best_return": run.best_return.get(m),
                 "eval_return": last["eval/return_mean"][m] if last else None,
                 "eval_return_std": last["eval/return_std"][m] if last else None,
                 # updates dropped as non-finite this session (a diverged run stopped on them)

@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     # Every rank prints its summary line (non-zero ranks into their own log under the launcher),
     # so replica agreement can be checked from the outside.
     keys = ("status", "env_steps", "final_return", "eval_return", "solved_at_env_steps", "sps",
-            "compile_time_s", "compile_programs_s", "compile_cache", "wall_time_s", "param_norm",
+            "compile_time_s", "compile_programs_s", "compile_cache", "wall_time_s", "time_s",
+            "param_norm",
             "param_fingerprint", "periodic", "run_dir")
     print(json.dumps({"rank": distributed.process_index(), **{k: summary[k] for k in keys}}),
           flush=True)

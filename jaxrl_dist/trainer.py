@@ -183,8 +183,11 @@ def setup(config, run_dir, resume, env, env_params, devices, progress, start) ->
               watch=faults.DivergenceWatch(config.max_nonfinite_skips, layout.members,
                                            programs.SKIPPED, tuple(EPISODE_METRICS),
                                            say=reporter.message))
+    run.timing.update(start_up=compile_start - start, compile_and_init=run.compile_time)
+    begin = time.perf_counter()
     if not resume:
         checkpointer.save(state, run.meta())  # a restart always has a checkpoint to resume from
+    run.timed("first_save", begin)
     reporter.start(config_lib.to_dict(config), env_steps=updates_done * sizes.batch_size)
     rebuilt = summary_lib.rebuilt_on_resume(run)
     rebuilt = f" (not in checkpoints, started afresh: {', '.join(rebuilt)})" if rebuilt else ""
@@ -212,22 +215,51 @@ def loop(run: Run) -> None:
 
     hooks = _hooks(run, evaluate)
     last = [time.perf_counter()]
+    writer = reporting.Background()
 
     def flush() -> None:
         while pending:
             metrics, updates, n = pending.pop(0)
             now = time.perf_counter()
-            _log(run, metrics, updates, n * sizes.batch_size / max(now - last[0], 1e-9),
+            _log(run, writer, metrics, updates, n * sizes.batch_size / max(now - last[0], 1e-9),
                  eval_row.pop(updates, None))
             last[0] = now
         distributed.heartbeat()
 
     loop_start = time.perf_counter()
+    try:
+        _calls(run, hooks, pending, flush, evaluate, loop_start)
+        flush()
+        writer.close()
+    except BaseException:
+        writer.close(wait=False)
+        raise
+    if run.watch.tripped is not None:   # in the last call's metrics
+        run.status = "diverged"
+    jax.block_until_ready(run.state)
+    run.loop_time = time.perf_counter() - loop_start
+    run.timing["loop"] = run.loop_time
+    begin = time.perf_counter()
+    run.hooks = hooks.describe()
+    if run.status not in ("preempted", "diverged") and \
+            run.checkpointer.latest_step() != run.updates_done:
+        run.checkpointer.save(run.state, run.meta())
+    integrity.check_replicas(run.state.train.params, run.layout)
+    run.last_checkpoint = run.checkpointer.latest_step()
+    run.checkpointer.close()
+    run.timed("final_save", begin)
+
+
+def _calls(run: Run, hooks: HookTable, pending: list, flush, evaluate, loop_start: float) -> None:
+    """The calls of the loop, with the hooks due after each."""
+    sizes = run.sizes
     checked = loop_start   # when a failed background save was last polled for
     distributed.heartbeat()
     for call_index, n in enumerate(sizes_lib.calls(sizes, run.updates_done)):
         before = run.updates_done
+        begin = time.perf_counter()
         run.state, metrics = run.compiled[n](run.state)
+        run.timed("loop_dispatch", begin)   # asynchronous: near 0 unless the queue is full
         run.updates_done += n
         flush()
         pending.append((metrics, run.updates_done, n))
@@ -250,18 +282,6 @@ def loop(run: Run) -> None:
             checked = time.perf_counter()
         if _should_stop(run, call_index, saved="checkpoint" in fired):
             break
-    flush()
-    if run.watch.tripped is not None:   # in the last call's metrics
-        run.status = "diverged"
-    jax.block_until_ready(run.state)
-    run.loop_time = time.perf_counter() - loop_start
-    run.hooks = hooks.describe()
-    if run.status not in ("preempted", "diverged") and \
-            run.checkpointer.latest_step() != run.updates_done:
-        run.checkpointer.save(run.state, run.meta())
-    integrity.check_replicas(run.state.train.params, run.layout)
-    run.last_checkpoint = run.checkpointer.latest_step()
-    run.checkpointer.close()
 
 
 def _hooks(run: Run, evaluate) -> HookTable:
@@ -279,8 +299,10 @@ def _hooks(run: Run, evaluate) -> HookTable:
 
 def _evaluate(run: Run, updates: int) -> dict[str, Any]:
     """Evaluate the current policy; record it, and whether every member reached the target."""
+    begin = time.perf_counter()
     result = run.layout.to_host(run.evaluate(run.state.train, run.seed_keys,
                                              run.learner.env_inputs.eval))
+    run.timed("evaluate", begin)
     run.evals.append({"env_steps": updates * run.sizes.batch_size, **{
         f"eval/{k}": np.atleast_1d(v).astype(float).tolist() for k, v in result.items()}})
     target = run.config.target_return
@@ -312,25 +334,40 @@ def _should_stop(run: Run, call_index: int, saved: bool) -> bool:
     return False
 
 
-def _log(run: Run, metrics: Any, updates: int, sps: float, result: dict | None) -> None:
-    """One row per member: metrics of one call (and an evaluation made right after it)."""
+def _log(run: Run, writer: reporting.Background, metrics: Any, updates: int, sps: float,
+         result: dict | None) -> None:
+    """One row per member: metrics of one call (and an evaluation made right after it). The
+    divergence watch reads them here (the loop's stop decision); the rows are built and
+    written on ``writer``'s thread."""
     head = {"env_steps": updates * run.sizes.batch_size, "updates": updates,
             "sps": sps * (run.layout.members or 1), "time_s": time.perf_counter() - run.start}
+    begin = time.perf_counter()
     host = run.layout.to_host(metrics)
+    begin = run.timed("loop_wait_metrics", begin)   # the device's call still running
     run.watch.observe(host, updates)
+    run.timed("loop_watch", begin)
+    writer.submit(_write, run, head, host, result)
+
+
+def _write(run: Run, head: dict, host: dict, result: dict | None) -> None:
+    begin = time.perf_counter()
     rows = reporting.member_rows(head, host, run.layout.members, result, run.learner.metrics)
     if run.layout.members:
         run.reporter.log_population(rows)
     else:
         run.reporter.log(rows[0])
-    run.rows.extend(rows)
+    run.record_returns(rows)
     run.reporter.advance(head["env_steps"], reporting.postfix(rows))
-
+    run.timed("host_logging", begin)   # on the writer's thread, beside the loop
 
 # ---------------------------------------------------------------------------------- SUMMARY
 
 def summarize(run: Run) -> dict[str, Any]:
-    summary = summary_lib.build(run, integrity.member_stats(run.state.train.params, run.layout))
+    begin = time.perf_counter()
+    stats = integrity.member_stats(run.state.train.params, run.layout)
+    summary = summary_lib.build(run, stats)
+    run.timed("summary", begin)
+    summary["time_s"] = {k: round(v, 3) for k, v in run.timing.items()}
     skipped = int(run.watch.total.sum())
     if skipped and run.status != "diverged":
         members = sorted(run.watch.diverged)
