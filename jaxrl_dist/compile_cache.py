@@ -67,15 +67,32 @@ def enable(setting: str | None) -> Path | None:
     return path
 
 
-def _write_from_every_process() -> None:
-    """Let processes other than 0 write their CPU programs to the cache too. JAX writes from
-    process 0 only (to spare shared filesystems concurrent writes of one key); on CPUs the
-    processes' keys differ (measured with jax 0.10.2: compile options and device hash), so the
-    others never hit and recompiled every program of every run: 4.2 s vs 1.3 s for rank 1 vs
-    rank 0 of a 2-process CartPole DQN start. Their entries have keys of their own, so
-    processes do not write one file (were two keys ever equal, the cost would be a cache warning
-    and a miss). Uses a JAX internal (jax 0.10.2); patched only where its signature is the one
-    read here, so another JAX keeps its own behaviour."""
+# The signatures of JAX's private ``compiler._cache_write`` that the patch below was read from
+# and tested on (jax 0.10.2: with host callbacks; 0.11.x: without). Any other JAX keeps its own.
+_CACHE_WRITE_SIGNATURES = {
+    ("cache_key", "compile_time_secs", "module_name", "backend", "executable", "host_callbacks"),
+    ("cache_key", "compile_time_secs", "module_name", "backend", "executable"),
+}
+_PATCHED_JAX = ((0, 10, 2), (0, 12))   # [first, last) versions the patch is applied to
+
+
+def _jax_version() -> tuple[int, ...]:
+    return tuple(int(p) for p in jax.__version__.split(".")[:3] if p.isdigit())
+
+
+def _write_from_every_process() -> bool:
+    """Let processes other than 0 write their CPU programs to the cache too; returns whether
+    the patch is in place. JAX writes from process 0 only (to spare shared filesystems
+    concurrent writes of one key); on CPUs the processes' keys differ (measured with jax 0.10.2:
+    compile options and device hash), so the others never hit and recompiled every program of
+    every run: 4.2 s vs 1.3 s for rank 1 vs rank 0 of a 2-process CartPole DQN start. Their
+    entries have keys of their own, so processes do not write one file (were two keys ever
+    equal, the cost would be a cache warning and a miss). Uses a JAX internal: patched only on
+    the versions in ``_PATCHED_JAX`` and where its signature is one read here, so another JAX
+    keeps its own behaviour (slower multi-process CPU starts, nothing else)."""
+    lo, hi = _PATCHED_JAX
+    if not lo <= _jax_version() < hi:
+        return False
     try:
         import inspect
 
@@ -85,31 +102,31 @@ def _write_from_every_process() -> None:
         original = compiler._cache_write
         names = tuple(inspect.signature(original).parameters)
     except (ImportError, AttributeError, TypeError, ValueError):
-        return
-    if getattr(original, "_jaxrl_dist", False) or names != (
-            "cache_key", "compile_time_secs", "module_name", "backend", "executable",
-            "host_callbacks"):
-        return
+        return False
+    if getattr(original, "_jaxrl_dist", False):
+        return True
+    if names not in _CACHE_WRITE_SIGNATURES:
+        return False
 
-    def cache_write(cache_key, compile_time_secs, module_name, backend, executable,
-                    host_callbacks):
-        if (jax_distributed.global_state.process_id == 0 or backend.platform != "cpu"
-                or host_callbacks
-                or compile_time_secs < jax.config.jax_persistent_cache_min_compile_time_secs):
-            return original(cache_key, compile_time_secs, module_name, backend, executable,
-                            host_callbacks)
+    def cache_write(*args):
+        a = dict(zip(names, args))
+        if (jax_distributed.global_state.process_id == 0 or a["backend"].platform != "cpu"
+                or a.get("host_callbacks")
+                or a["compile_time_secs"] < jax.config.jax_persistent_cache_min_compile_time_secs):
+            return original(*args)
         try:
-            jax_cache.put_executable_and_time(cache_key, module_name, executable, backend,
-                                              int(compile_time_secs))
+            jax_cache.put_executable_and_time(a["cache_key"], a["module_name"], a["executable"],
+                                              a["backend"], int(a["compile_time_secs"]))
         except Exception as e:   # as JAX's own write: a warning unless told to raise
             should_raise = getattr(compiler, "_should_raise_persistent_cache_error", None)
             if should_raise is not None and should_raise(e):
                 raise
             warnings.warn(f"Error writing persistent compilation cache entry for "
-                          f"'{module_name}': {type(e).__name__}: {e}")
+                          f"'{a['module_name']}': {type(e).__name__}: {e}")
 
     cache_write._jaxrl_dist = True
     compiler._cache_write = cache_write
+    return True
 
 
 def counts() -> dict[str, int]:

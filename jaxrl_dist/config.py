@@ -77,7 +77,11 @@ class Config:
     target_return: float | None = _doc("stop early once eval return reaches this; null = off",
                                        default=None)
     solved_return: float | None = _doc("final eval return at which the task counts as solved; "
-                                       "only reported, never stops the run", default=None)
+                                       "only reported, never stops the run. Not set: the "
+                                       "env's known one (CartPole-v1 475, Acrobot-v1 -100, "
+                                       "Pendulum-v1 -300, MountainCarContinuous-v0 90) "
+                                       "with its own time limit, else none; null = none",
+                                       default=None)
     check_replicas_every: int = _doc("updates between parameter fingerprint comparisons "
                                      "across devices and processes (always at the end); 0 = off",
                                      default=0)
@@ -112,6 +116,12 @@ class Config:
 
 # jax_default_matmul_precision values offered ("default" leaves JAX's own choice).
 MATMUL_PRECISIONS = ("default", "float32", "tensorfloat32", "bfloat16")
+
+# env id -> final eval return at which it counts as solved, for a config that sets no
+# ``solved_return``: Gym's reward thresholds and the ones docs/learning.md reports against.
+# Any other environment gets no verdict unless its config sets one.
+KNOWN_SOLVED_RETURNS = {"CartPole-v1": 475.0, "Acrobot-v1": -100.0, "Pendulum-v1": -300.0,
+                        "MountainCarContinuous-v0": 90.0}
 
 # Keys of the PPO section that older configs wrote at the top level; still read, and mapped.
 LEGACY_PPO_KEYS = ("num_steps", "network")
@@ -214,11 +224,23 @@ def from_dict(data: dict[str, Any], population: bool = True) -> Config:
         raise ConfigError(f"config section '{others[0]}:' is for algo {others[0]}, but algo is "
                           f"{algo!r}; remove the section or set algo: {others[0]}")
     rest = {k: v for k, v in data.items() if k != algo}
+    if "solved_return" not in rest:
+        rest["solved_return"] = known_solved_return(rest.get("env", Config.env),
+                                                    rest.get("episode_length"))
     section = typed.build(algorithm.section, data.get(algo) or {}, f"{algo}.")
-    config = dataclasses.replace(typed.build(Config, rest), agent=section)
+    also = (algo, *(f"{algo}.{key}" for key in typed.keys(algorithm.section)))
+    config = dataclasses.replace(typed.build(Config, rest, also=also), agent=section)
     if population:
         check(config)
     return config
+
+
+def known_solved_return(env: Any, episode_length: Any = None) -> float | None:
+    """The threshold the project reports ``env`` against when a config sets none: only with
+    the environment's own time limit (another one changes what a return means)."""
+    if episode_length is not None or not isinstance(env, str):
+        return None
+    return KNOWN_SOLVED_RETURNS.get(env)
 
 
 def with_defaults(saved: dict[str, Any]) -> dict[str, Any]:

@@ -4,7 +4,8 @@ calls, each ONE jitted ``shard_map`` over the layout's mesh, for any algorithm.
 The agent is written for ONE member on ONE device; a population runs the same bodies under
 ``vmap`` over the members held by each device (the data-axis collectives then reduce each
 member separately). Seeds and swept hyperparameters are arguments, never constants, so one
-compiled program serves every seed of a sweep.
+compiled program serves every seed of a sweep. :func:`make_learner` builds a run config's
+algorithm (from the registry, :mod:`jaxrl_dist.agents`) into them.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec as P
 
-from jaxrl_dist import rollout
+from jaxrl_dist import agents, population, rollout
 from jaxrl_dist.agents.base import EPISODE_METRICS, Agent, check_aggregations, check_metrics
+from jaxrl_dist.config import Config
 from jaxrl_dist.envs import EnvSpec
 from jaxrl_dist.evaluate import make_eval_program
 from jaxrl_dist.sharding import Layout
@@ -104,10 +106,19 @@ class RunSettings(NamedTuple):
     swept: tuple[str, ...] = ()   # names of a population's swept hyperparameters
 
     @classmethod
-    def of(cls, config: Any) -> RunSettings:
-        from jaxrl_dist import population
+    def of(cls, config: Config) -> RunSettings:
         return cls(config.eval_episodes, config.eval_deterministic,
                    tuple(population.hparam_name(k) for k in config.population.sweep))
+
+
+def make_learner(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | Mesh) -> Learner:
+    """The programs of ``config``'s algorithm (``algo:``, from the registry) for ``spec`` over
+    ``layout``. The algorithm's own code receives its section and the derived sizes, never the
+    whole run config."""
+    layout = as_layout(layout)
+    spec = spec_in(spec, layout)
+    agent = agents.get(config.algo).agent_factory()(config.agent, sizes, spec, layout)
+    return build(agent, sizes, spec, layout, RunSettings.of(config))
 
 
 def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,

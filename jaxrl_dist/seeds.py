@@ -15,11 +15,11 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_dist import config as config_lib
-from jaxrl_dist.agents import make_learner
 from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist import sharding
 from jaxrl_dist.config import Config
 from jaxrl_dist.envs import from_config as make_env_from_config
+from jaxrl_dist.programs import make_learner
 
 
 def train_seeds(config: Config, seeds: Sequence[int], *, env: Any = None,

@@ -19,7 +19,7 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
-from jaxrl_dist.config import ConfigError
+from jaxrl_dist.errors import ConfigError
 
 DATA_AXIS = "data"
 MEMBER_AXIS = "member"

@@ -12,7 +12,7 @@ import types
 import typing
 from typing import Any
 
-from jaxrl_dist.errors import ConfigError
+from jaxrl_dist.errors import ConfigError, nearest
 
 
 def type_name(tp: Any) -> str:
@@ -82,7 +82,44 @@ def coerce(path: str, tp: Any, value: Any) -> Any:
     raise ConfigError(f"config key '{path}': expected {type_name(tp)}, got {value!r}")
 
 
-def build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
+def keys(cls: type) -> list[str]:
+    """Every dotted key of a schema: its sections, and their keys."""
+    hints = typing.get_type_hints(cls)
+    out = []
+    for f in dataclasses.fields(cls):
+        if f.metadata.get("internal"):
+            continue
+        out.append(f.name)
+        if dataclasses.is_dataclass(hints[f.name]):
+            out += [f"{f.name}.{key}" for key in keys(hints[f.name])]
+    return out
+
+
+def closest(word: str, candidates: list[str], n: int = 3) -> list[str]:
+    """The candidates nearest ``word``, each compared whole and by its last dotted part (a key
+    given in the wrong section: ``learning_rate`` -> ``ppo.learning_rate``)."""
+    forms: dict[str, list[str]] = {}
+    for key in candidates:
+        for form in dict.fromkeys((key, key.rsplit(".", 1)[-1])):
+            forms.setdefault(form, []).append(key)
+    out: list[str] = []
+    for form in nearest(word, forms, n):
+        out += [key for key in forms[form] if key not in out]
+    return out[:n]
+
+
+def unknown_key(key: Any, candidates: list[str], prefix: str = "") -> ConfigError:
+    """One line for a key the schema lacks: the closest keys, not all of them."""
+    key = str(key)
+    close = closest(key, candidates)
+    hint = (f"did you mean {', '.join(prefix + k for k in close)}?" if close else
+            "--help-config lists every key")
+    return ConfigError(f"unknown config key '{prefix}{key}'; {hint}")
+
+
+def build(cls: type, data: dict[str, Any], prefix: str = "", also: tuple[str, ...] = ()) -> Any:
+    """``cls`` from ``data``; ``also``: keys outside the schema that a misspelt key may have
+    meant (the algorithm's section, beside the top level)."""
     if not isinstance(data, dict):
         raise ConfigError(f"config section '{prefix.rstrip('.') or '<root>'}' must be a mapping,"
                           f" got {data!r}")
@@ -90,8 +127,7 @@ def build(cls: type, data: dict[str, Any], prefix: str = "") -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        raise ConfigError(f"unknown config key '{prefix}{unknown[0]}'; allowed keys here: "
-                          f"{', '.join(prefix + name for name in fields)}")
+        raise unknown_key(unknown[0], keys(cls) + list(also), prefix)
     kwargs = {}
     for name, value in data.items():
         tp = hints[name]

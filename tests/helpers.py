@@ -123,7 +123,7 @@ def train_in_process(config, num_devices):
 
     from jaxrl_dist import sharding
     from jaxrl_dist import sizes as sizes_lib
-    from jaxrl_dist.agents import make_learner
+    from jaxrl_dist.programs import make_learner
     from jaxrl_dist.envs import from_config
 
     mesh = sharding.make_mesh(jax.devices()[:num_devices])

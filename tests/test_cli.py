@@ -12,8 +12,13 @@ DQN = "configs/cartpole_dqn.yaml"
 PQN = "configs/cartpole_pqn.yaml"
 
 BAD = [  # (argv, words the one-line message must contain)
-    ([CFG, "--set", "ppo.foo=1"], ["ppo.foo", "allowed"]),
-    ([CFG, "--set", "nope=1"], ["nope", "allowed"]),
+    ([CFG, "--set", "ppo.foo=1"], ["'ppo.foo'", "--help-config lists every key"]),
+    ([CFG, "--set", "nope=1"], ["'nope'", "--help-config lists every key"]),
+    ([CFG, "--set", "ppo.learning_rat=1"],
+     ["unknown config key 'ppo.learning_rat'; did you mean ppo.learning_rate?"]),
+    ([CFG, "--set", "learning_rate=1e-3"], ["'learning_rate'", "did you mean ppo.learning_rate"]),
+    ([CFG, "--set", "ppo.network.actvation=relu"], ["did you mean ppo.network.activation?"]),
+    ([CFG, "--set", "populaton.seeds=[1]"], ["'populaton'", "did you mean population"]),
     ([CFG, "--set", "num_envs=abc"], ["num_envs", "int"]),
     ([CFG, "--set", "num_envs=2.5"], ["num_envs", "int"]),
     ([CFG, "--set", "ppo.anneal_lr=maybe"], ["ppo.anneal_lr", "bool"]),
@@ -26,7 +31,10 @@ BAD = [  # (argv, words the one-line message must contain)
     ([CFG, "--set", "network.activation=sigmoid"], ["network.activation", "tanh"]),
     ([CFG, "--set", "network.bounded_actions=sigmoid"], ["network.bounded_actions", "tanh"]),
     ([CFG, "--set", "network.actor_hidden=[64, x]"], ["network.actor_hidden"]),
-    ([CFG, "--set", "env=Nope-v0"], ["Nope-v0", "CartPole-v1"]),
+    ([CFG, "--set", "env=Nope-v0"], ["Nope-v0", "gymnax provides", "CartPole-v1"]),
+    ([CFG, "--set", "env=cartpole-v1"], ["'cartpole-v1'", "did you mean CartPole-v1?"]),
+    ([CFG, "--set", "env=MemoryChain-bsuit"], ["did you mean MemoryChain-bsuite"]),
+    ([CFG, "--set", "env=brx:ant"], ["suite 'brx'", "did you mean brax:ant?"]),
     ([CFG, "--set", "env=ale:Pongg"], ["ale:Pongg", "did you mean pong"]),
     ([CFG, "--set", "env=ale:Pong", "--set", "episode_length=100"], ["max_frames"]),
     ([CFG, "--set", "ppo=3"], ["ppo", "mapping"]),
@@ -177,3 +185,58 @@ def test_shipped_configs_are_valid_and_documented(path):
     assert "Expected:" in " ".join(text.splitlines()[:2])
     keyed = [line for line in text.splitlines() if ":" in line and not line.startswith("#")]
     assert all("#" in line for line in keyed), "every field is commented"
+
+
+def test_a_misspelt_key_in_a_config_file_suggests_the_closest(tmp_path, capsys):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("env: CartPole-v1\nnum_env: 4\nppo: {gamma: 0.9}\n")
+    assert train_cli.main([str(cfg), "--run-dir", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err == "error: unknown config key 'num_env'; did you mean num_envs?", err
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("env_id,close", [
+    ("brax:antt", "did you mean brax:ant?"),
+    ("jumanji:Snake-v2", "jumanji:Snake-v1"),
+    ("xminigrid:MiniGrid-Empty-5x6", "xminigrid:MiniGrid-Empty-5x5"),
+    ("craftax:Craftax-Classic-Symbolic", "craftax:Craftax-Classic-Symbolic-v1"),
+])
+def test_a_misspelt_suite_environment_suggests_the_closest(env_id, close):
+    from jaxrl_dist.envs import EnvError, make_env, registry
+
+    if not registry.available(registry.parse(env_id)[0]):
+        pytest.skip(f"optional extra for {env_id} is not installed")
+    with pytest.raises(EnvError) as error:
+        make_env(env_id)
+    message = str(error.value)
+    assert "unknown" in message and repr(env_id) in message and close in message, message
+    assert len(message.splitlines()) == 1
+
+
+@pytest.mark.parametrize("overrides,solved", [
+    ([], 475.0),                                    # CartPole-v1's known threshold
+    (["env=Acrobot-v1"], -100.0),
+    (["env=MemoryChain-bsuite"], None),             # none known: no verdict, not CartPole's
+    (["episode_length=200"], None),                 # another time limit: not CartPole-v1's
+    (["solved_return=400"], 400.0),                 # the config's own wins
+    (["env=MemoryChain-bsuite", "solved_return=0.5"], 0.5),
+    (["solved_return=null"], None),                 # null: no verdict
+])
+def test_solved_return_is_the_configs_else_the_envs_known_one(overrides, solved):
+    from jaxrl_dist import config as config_lib
+
+    assert config_lib.load(CFG, overrides).solved_return == solved
+    assert config_lib.load(DQN, ["env=MemoryChain-bsuite"]).solved_return is None
+    assert config_lib.load("configs/cartpole_dqn_ddp.yaml").solved_return == 195  # its own
+
+
+def test_the_final_line_gives_a_verdict_only_with_a_threshold():
+    summary = {"env": "MemoryChain-bsuite", "status": "completed", "eval_return": -0.25,
+               "eval_return_std": 0.97, "eval_episodes": 16, "env_steps": 20480,
+               "solved_return": None}
+    line = train_cli.final_line(summary)
+    assert line.endswith("after 20,480 env steps") and "solved" not in line.lower(), line
+    line = train_cli.final_line({**summary, "env": "CartPole-v1", "eval_return": 500.0,
+                                 "solved_return": 475.0})
+    assert line.endswith("-> SOLVED (threshold 475)"), line

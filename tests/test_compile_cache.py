@@ -46,7 +46,7 @@ def test_run_once_programs_compile_cheaper_to_bitwise_the_same_results(tiny_conf
     XLA's default level, on 2 devices (what the trainer relies on to use them)."""
     from jaxrl_dist import sharding
     from jaxrl_dist import sizes as sizes_lib
-    from jaxrl_dist.agents import make_learner
+    from jaxrl_dist.programs import make_learner
     from jaxrl_dist.envs import from_config
 
     layout = sharding.make_layout(jax.devices()[:2])
@@ -91,3 +91,13 @@ def test_unrolled_threefry_draws_bitwise_the_same_numbers():
     for a, b in zip(jax.tree.leaves(rolled.compile()(key)),
                     jax.tree.leaves(unrolled.compile()(key))):
         assert a.dtype == b.dtype and (a == b).all()
+
+
+def test_every_process_writes_its_cpu_entries_on_the_supported_jax():
+    """The patch of JAX's private cache write is in place on every JAX we support (CI runs this
+    on jax 0.10.2 and the newest allowed 0.11.x); outside that range JAX keeps its own."""
+    from jax._src import compiler
+    lo, hi = compile_cache._PATCHED_JAX
+    assert lo <= compile_cache._jax_version() < hi, jax.__version__
+    assert compile_cache._write_from_every_process()
+    assert getattr(compiler._cache_write, "_jaxrl_dist", False)

@@ -15,10 +15,10 @@ import pytest
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import envs, rollout, sharding
 from jaxrl_dist import sizes as sizes_lib
-from jaxrl_dist.agents import make_learner
 from jaxrl_dist.agents.ppo.losses import bootstrap_truncation
 from jaxrl_dist.envs import registry
 from jaxrl_dist.distributions import Categorical
+from jaxrl_dist.programs import make_learner
 from jaxrl_dist.types import ActorState
 from helpers import acting_agent
 

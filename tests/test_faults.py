@@ -21,9 +21,9 @@ from helpers import CFG, TINY_ARGS, _env, run_launcher, summaries, train_cli
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import faults, programs, reporting, sharding
 from jaxrl_dist import sizes as sizes_lib
-from jaxrl_dist.agents import make_learner
 from jaxrl_dist.checkpoint import read_checkpoint
 from jaxrl_dist.envs import make_env
+from jaxrl_dist.programs import make_learner
 from jaxrl_dist.protocol import EXIT_DIVERGED, EXIT_STORAGE
 
 LEARNERS = {
@@ -200,11 +200,12 @@ FILLING = ["--set", "num_envs=4", "--set", "num_steps=32", "--set", "updates_per
            "--set", "keep_checkpoints=3", "--set", "eval_episodes=4", "--no-progress"]
 
 
-def _in_tmpfs(tmp_path: Path, script: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    """Run ``script`` (bash) with $D a 700 kB tmpfs; ``grow`` makes it 50 MB (space freed)."""
+def _in_tmpfs(tmp_path: Path, script: str, timeout: int = 300,
+              size: str = "700k") -> subprocess.CompletedProcess:
+    """Run ``script`` (bash) with $D a ``size`` tmpfs; ``grow`` makes it 50 MB (space freed)."""
     mount = tmp_path / "disk"
     mount.mkdir()
-    body = (f"set -u; D={mount}; mount -t tmpfs -o size=700k tmpfs $D || exit 99; "
+    body = (f"set -u; D={mount}; mount -t tmpfs -o size={size} tmpfs $D || exit 99; "
             f"grow() {{ mount -o remount,size=50m $D; }}; {script}")
     return subprocess.run([*NAMESPACE, "bash", "-c", body], env=_env(), capture_output=True,
                           text=True, timeout=timeout)
@@ -265,6 +266,35 @@ def test_a_full_disk_on_two_processes_stops_both_and_resume_completes(tmp_path):
     assert int((tmp_path / "rc2").read_text()) == 0, (tmp_path / "err2").read_text()[-3000:]
     assert summaries(tmp_path / "logs")[0]["status"] == "completed"
     assert all(name.isdigit() for name in (tmp_path / "ls2").read_text().split())
+
+
+@pytest.mark.timeout(400)
+@needs_tmpfs
+def test_resume_before_the_first_checkpoint_starts_the_run(tmp_path):
+    """A requeued job always passes --resume: before its run dir exists, and after its first
+    checkpoint failed on a full disk (no complete checkpoint, nothing to lose), it trains from
+    update 0, saying so, and ends as a run that never failed."""
+    resume = _trainer("--cpu-devices 1 --run-dir $D/run --resume")
+    script = (f"{resume} 2> {tmp_path}/err1; echo $? > {tmp_path}/rc1; "
+              f"ls $D/run/checkpoints > {tmp_path}/ls1; grow; "
+              f"{resume} > {tmp_path}/out2 2> {tmp_path}/err2; echo $? > {tmp_path}/rc2; "
+              f"cp -r $D/run {tmp_path}/out")
+    proc = _in_tmpfs(tmp_path, script, size="150k")   # a checkpoint is ~240 kB
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    err1 = (tmp_path / "err1").read_text()
+    assert int((tmp_path / "rc1").read_text()) == EXIT_STORAGE, err1[-3000:]
+    assert "does not exist yet" in err1 and "No space left on device" in _one_error_line(err1)
+    assert not any(name.isdigit() for name in (tmp_path / "ls1").read_text().split())
+    err2 = (tmp_path / "err2").read_text()
+    assert int((tmp_path / "rc2").read_text()) == 0, err2[-3000:]
+    assert "holds no complete checkpoint" in err2 and "starting the run from update 0" in err2
+    resumed = [json.loads(x) for x in (tmp_path / "out2").read_text().splitlines()
+               if x.startswith('{"rank"')][0]
+    _, reference = train_cli(tmp_path / "reference", devices=1, args=FILLING)
+    assert resumed["status"] == "completed"
+    assert resumed["param_fingerprint"] == reference["param_fingerprint"]
+    rows = _strict_json(tmp_path / "out" / "metrics.jsonl")
+    assert [r["updates"] for r in rows] == list(range(2, 17, 2))   # each call logged once
 
 
 @pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")

@@ -8,8 +8,8 @@ from helpers import TINY
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist import sharding
-from jaxrl_dist.agents import make_learner
 from jaxrl_dist.envs import make_env
+from jaxrl_dist.programs import make_learner
 from jaxrl_dist.seeds import train_seeds
 
 

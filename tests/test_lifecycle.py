@@ -137,11 +137,36 @@ def test_corrupt_checkpoint_is_a_clear_error(reference, tmp_path):
     assert _snapshot(run) == before
 
 
-def test_resume_without_checkpoint_is_an_error_not_a_fresh_start(tmp_path):
-    (tmp_path / "run").mkdir()
-    proc, _ = train_cli(tmp_path / "run", "--resume")
-    _one_line_error(proc, "no checkpoints to resume")
-    assert list((tmp_path / "run").iterdir()) == []
+def test_resume_without_a_checkpoint_starts_the_run_and_says_so(reference, tmp_path):
+    """A requeued job passes --resume before its first checkpoint as after it: a run dir with
+    no complete checkpoint (an attempt killed before its first save finished: a tmp dir and
+    metrics rows, one torn) trains from update 0 and says so; the attempt's rows are dropped."""
+    _, ref = reference
+    run = tmp_path / "run"
+    (run / "checkpoints" / "0.orbax-checkpoint-tmp-1700000000000000").mkdir(parents=True)
+    (run / "metrics.jsonl").write_text('{"env_steps": 640, "updates": 5}\n{"env_st')
+    proc, summary = train_cli(run, "--resume")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    said = [x for x in proc.stderr.splitlines() if x.startswith("--resume:")]
+    assert len(said) == 1 and "holds no complete checkpoint" in said[0], proc.stderr[-3000:]
+    assert "starting the run from update 0" in said[0] and "resuming at" not in proc.stderr
+    assert summary["status"] == "completed"
+    assert summary["param_fingerprint"] == ref["param_fingerprint"]
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["updates"] for r in rows] == [5, 10, 15, 20] and all("sps" in r for r in rows)
+    assert all(p.name.isdigit() for p in (run / "checkpoints").iterdir())
+
+    proc, summary = train_cli(tmp_path / "new", "--resume")   # nor any run dir yet
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "does not exist yet" in proc.stderr and summary["status"] == "completed"
+    assert summary["param_fingerprint"] == ref["param_fingerprint"]
+
+
+def test_resume_needs_a_run_dir_that_is_a_directory(tmp_path):
+    (tmp_path / "file").write_text("")
+    proc, _ = train_cli(tmp_path / "file", "--resume")
+    _one_line_error(proc, "is not a directory")
+    assert (tmp_path / "file").read_text() == ""
 
 
 def test_crafted_pickle_and_yaml_tags_are_never_executed(reference, tmp_path):

@@ -14,13 +14,14 @@ from helpers import max_rel_diff, train_in_process
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import population, sharding
 from jaxrl_dist import sizes as sizes_lib
-from jaxrl_dist.agents import make_learner
 from jaxrl_dist.agents.dqn import replay as replay_lib
 from jaxrl_dist.agents.pqn.learner import q_lambda_targets
 from jaxrl_dist.agents.qnet import networks as qnet
 from jaxrl_dist.checkpoint import read_checkpoint
 from jaxrl_dist.config import ConfigError
 from jaxrl_dist.envs import EnvError, make_env
+from jaxrl_dist.gradients import global_mean_grad
+from jaxrl_dist.programs import make_learner
 from jaxrl_dist.sharding import DATA_AXIS, REPLICATED, SHARDED
 from jaxrl_dist.trainer import train
 from jaxrl_dist.types import Transition
@@ -140,7 +141,7 @@ def test_q_lambda_targets_match_the_recursion():
 
 @pytest.mark.parametrize("num_devices", [1, 4])
 def test_gradient_is_the_global_batch_mean(num_devices):
-    """DQN's and PQN's gradient (qnet.global_mean_grad under shard_map) equals the
+    """DQN's and PQN's gradient (global_mean_grad of their loss, under shard_map) equals the
     single-device gradient of the full batch's mean loss; raw gradients are compared, since
     Adam's first step would hide a scale error."""
     spec = make_env("CartPole-v1")
@@ -159,7 +160,7 @@ def test_gradient_is_the_global_batch_mean(num_devices):
     expected = jax.grad(lambda p: loss_fn(p, obs, action, target)[0])(params)
     mesh = sharding.make_mesh(jax.devices()[:num_devices])
     fn = jax.jit(jax.shard_map(
-        lambda p, o, a, t: qnet.global_mean_grad(loss_fn, p, DATA_AXIS, o, a, t)[:2],
+        lambda p, o, a, t: global_mean_grad(loss_fn, p, DATA_AXIS, o, a, t)[:2],
         mesh=mesh, in_specs=(REPLICATED, SHARDED, SHARDED, SHARDED),
         out_specs=(REPLICATED, REPLICATED)))
     grads, loss = fn(params, obs, action, target)

@@ -16,9 +16,9 @@ from helpers import TINY, max_rel_diff, run_launcher, summaries
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import population, sharding
 from jaxrl_dist import sizes as sizes_lib
-from jaxrl_dist.agents import make_learner
 from jaxrl_dist.checkpoint import Checkpointer, read_checkpoint
 from jaxrl_dist.envs import make_env
+from jaxrl_dist.programs import make_learner
 from jaxrl_dist.trainer import train
 
 TOY = dict(algo="reinforce", env="CartPole-v1", seed=1, num_envs=4, total_timesteps=4 * 16 * 8,

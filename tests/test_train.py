@@ -124,3 +124,36 @@ def test_replica_check_is_per_member():
     diverged = jax.make_array_from_single_device_arrays((2, 3), sharding_, copies)
     with pytest.raises(RunError, match="replicas differ"):
         check_replicas({"w": diverged}, by_data)
+
+
+def test_row_sps_is_training_speed_with_slow_evaluations_and_checkpoints(tmp_path, monkeypatch):
+    """metrics.jsonl's sps (and the progress line's) is env steps over the time training them
+    took: a row whose interval held an evaluation and a checkpoint (each made 0.5 s slower
+    here) neither dips nor is followed by a spike."""
+    import time as time_lib
+
+    from jaxrl_dist import checkpoint as checkpoint_lib
+    from jaxrl_dist import trainer as trainer_lib
+
+    slow_save = checkpoint_lib.Checkpointer.save
+    slow_eval = trainer_lib._evaluate
+
+    def save(self, *args, **kwargs):
+        time_lib.sleep(0.5)
+        return slow_save(self, *args, **kwargs)
+
+    def evaluate(*args, **kwargs):
+        time_lib.sleep(0.5)
+        return slow_eval(*args, **kwargs)
+
+    monkeypatch.setattr(checkpoint_lib.Checkpointer, "save", save)
+    monkeypatch.setattr(trainer_lib, "_evaluate", evaluate)
+    config = config_lib.from_dict({**TINY, "total_timesteps": 8 * 16 * 24, "updates_per_call": 2,
+                                   "eval_every": 6, "checkpoint_every": 4})
+    train(config, tmp_path / "run", devices=jax.devices()[:1], progress=False)
+    rows = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    sps = np.array([r["sps"] for r in rows[1:]])   # the first row includes the loop's start
+    assert any("eval/return_mean" in r for r in rows)
+    # a call here takes milliseconds: 0.5 s of a hook inside a row's interval would cut its
+    # sps by ~100x, and a spike would follow it
+    assert sps.min() > 0.2 * np.median(sps) and sps.max() < 5 * np.median(sps), sps

@@ -10,12 +10,12 @@ from helpers import TINY, train_in_process
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist import sharding
-from jaxrl_dist.agents import make_learner
 from jaxrl_dist.agents import minibatch
 from jaxrl_dist.agents.ppo import losses, update
 from jaxrl_dist.agents.ppo import optimizer as optimizer_lib
 from jaxrl_dist.envs import make_env
 from jaxrl_dist.agents.ppo.networks import make_networks
+from jaxrl_dist.programs import make_learner
 from jaxrl_dist.sharding import DATA_AXIS, REPLICATED, SHARDED
 
 

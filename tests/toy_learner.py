@@ -17,6 +17,7 @@ import optax
 from jaxrl_dist.agents import Algorithm, register
 from jaxrl_dist.agents.base import EPISODE_METRICS, Agent
 from jaxrl_dist.errors import ConfigError
+from jaxrl_dist.gradients import global_mean_grad
 from jaxrl_dist.rollout import episode_sums
 from jaxrl_dist.typed import doc
 
@@ -71,14 +72,14 @@ def make_agent(c: ReinforceConfig, sizes, spec, layout) -> Agent:
                                   (steps.reward, not_done), reverse=True)
         baseline = jax.lax.pmean(jnp.mean(returns), axis)
 
-        def loss(params):
+        def loss(params):   # this device's mean loss, and it again as the reported value
             logp = jax.nn.log_softmax(logits(params, steps.obs.reshape(-1, *spec.obs_shape)))
             taken = jnp.take_along_axis(logp, steps.action.reshape(-1, 1), 1)[:, 0]
-            return -jnp.mean(taken * (returns.reshape(-1) - baseline))
+            value = -jnp.mean(taken * (returns.reshape(-1) - baseline))
+            return value, value
 
-        # the local loss of a device-varying copy, then ONE mean: the global-batch gradient
-        value, grads = jax.value_and_grad(loss)(jax.lax.pcast(train.params, axis, to="varying"))
-        value, grads = jax.lax.pmean((value, grads), axis)
+        # the package's one rule: the gradient of the mean loss over the GLOBAL batch
+        grads, value, _ = global_mean_grad(loss, train.params, axis)
         lr = train.hparams.get("learning_rate", c.learning_rate)
         updates, opt_state = optax.adam(lr).update(grads, train.opt_state)
         metrics = {**jax.lax.psum(episode_sums(steps), axis), "loss": value}

@@ -27,7 +27,7 @@ def bench_atari(args) -> tuple[list[dict], str]:
     import jax
 
     from jaxrl_dist import config as config_lib, sharding, sizes as sizes_lib
-    from jaxrl_dist.agents import make_learner
+    from jaxrl_dist.programs import make_learner
     from jaxrl_dist.envs import from_config
 
     path = DEFAULT_CONFIG if args.config == CARTPOLE else args.config

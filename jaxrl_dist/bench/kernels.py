@@ -43,7 +43,7 @@ OURS = COUNT + textwrap.dedent("""
     import json, sys
     import jax
     from jaxrl_dist import compile_cache, config as config_lib, sharding, sizes as sizes_lib
-    from jaxrl_dist.agents import make_learner
+    from jaxrl_dist.programs import make_learner
     from jaxrl_dist.envs import from_config
     config = config_lib.load(sys.argv[1], sys.argv[2:])
     layout = sharding.make_layout(jax.devices()[:1])

@@ -23,11 +23,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import struct
 
-from jaxrl_dist.errors import UserError
-
-
-class EnvError(UserError):
-    """Unknown or unsupported environment (message is one line for the user)."""
+from jaxrl_dist.envs import pool
+from jaxrl_dist.envs.slots import EnvSlot, StepOutput
+from jaxrl_dist.errors import EnvError  # noqa: F401 (defined jax-free; envs.EnvError)
 
 
 class Step(NamedTuple):
@@ -111,28 +109,6 @@ class EnvSpec:
                    obs_dtype=str(d.get("obs_dtype", "float32")))
 
 
-@struct.dataclass
-class EnvSlot:
-    """One environment's state plus the bookkeeping for episode statistics."""
-
-    env_state: Any
-    obs: jax.Array
-    episode_return: jax.Array   # [] float32, return so far of the running episode
-    episode_length: jax.Array   # [] int32
-    mask: jax.Array | None = None   # [A] bool, legal actions now (masked environments only)
-
-
-class StepOutput(NamedTuple):
-    reward: jax.Array        # [] float32
-    terminated: jax.Array    # [] bool, natural end: no bootstrap
-    truncated: jax.Array     # [] bool, time limit: bootstrap from final_obs
-    final_obs: jax.Array     # observation before the auto-reset
-    finished_return: jax.Array   # return of the episode that ended here, else 0
-    finished_length: jax.Array   # its length, else 0
-    valid: jax.Array | None = None   # [] bool; False: not experience (a pool's late reset
-                                     #   step, see envs.pool); None: every step is
-
-
 def flatten_observation(obs: Any) -> jax.Array:
     """One float32 array from an observation pytree: a single leaf keeps its shape (images
     stay images), several leaves are flattened and concatenated in pytree order."""
@@ -198,7 +174,6 @@ def step(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array,
     may cost a host round trip per step: not yet measured.)
     """
     if spec.pool is not None:   # the pool resets itself; no keys
-        from jaxrl_dist.envs import pool
         return pool.step(spec, slots, action)
     adapter = spec.adapter
     action = to_env_action(spec, action)

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 
 from jaxrl_dist.envs.base import EnvError, EnvSpec, Step, TimeLimit, flatten_observation
 from jaxrl_dist.envs.spaces import box_spec
+from jaxrl_dist.errors import unknown_env
 
 DEFAULT_EPISODE_LENGTH = 1000   # Brax's own training default
 
@@ -50,7 +51,6 @@ def make(name: str, episode_length: int | None = None, **kwargs: Any) -> EnvSpec
     from brax import envs
 
     if name not in envs._envs:
-        raise EnvError(f"unknown Brax environment {name!r}; Brax provides: "
-                       f"{', '.join(sorted(envs._envs))}")
+        raise unknown_env("Brax", name, envs._envs, "brax:")
     env = envs.get_environment(name, **kwargs)
     return time_limited(env, f"brax:{name}", episode_length, int(env.action_size))

@@ -14,8 +14,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxrl_dist.envs.base import EnvError, EnvSpec, Step
+from jaxrl_dist.envs.base import EnvSpec, Step
 from jaxrl_dist.envs.gymnax import import_gymnax, spec_from_gymnax
+from jaxrl_dist.errors import unknown_env
 
 NAMES = ("Craftax-Classic-Symbolic-v1", "Craftax-Classic-Pixels-v1", "Craftax-Symbolic-v1",
          "Craftax-Pixels-v1")
@@ -42,8 +43,7 @@ def make(name: str, episode_length: int | None = None, **kwargs: Any) -> EnvSpec
     from craftax.craftax_env import make_craftax_env_from_name
 
     if name not in NAMES:
-        raise EnvError(f"unknown Craftax environment {name!r}; Craftax provides: "
-                       f"{', '.join(NAMES)}")
+        raise unknown_env("Craftax", name, NAMES, "craftax:")
     env = make_craftax_env_from_name(name, auto_reset=False, **kwargs)
     params = env.default_params
     if episode_length is not None:

@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_dist.envs.base import EnvError, EnvSpec, Step
+from jaxrl_dist.errors import unknown_env
 
 DEFAULT_MAX_STEPS = 1000   # evaluation bound when an environment states no time limit
 
@@ -131,8 +132,7 @@ def make(name: str, params: Any = None, episode_length: int | None = None,
     CartPole-v1 at 200 is CartPole-v0, the version DI-engine and older papers report."""
     gymnax = import_gymnax()
     if name not in gymnax.registered_envs:
-        raise EnvError(f"unknown environment {name!r}; gymnax provides: "
-                       f"{', '.join(gymnax.registered_envs)}")
+        raise unknown_env("gymnax", name, gymnax.registered_envs)
     env, default_params = gymnax.make(name, **kwargs)
     params = default_params if params is None else params
     if episode_length is not None:

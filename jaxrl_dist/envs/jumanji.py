@@ -15,6 +15,7 @@ import jax.numpy as jnp
 
 from jaxrl_dist.envs.base import EnvError, EnvSpec, Step, flatten_observation
 from jaxrl_dist.envs.spaces import box_spec, discrete_spec
+from jaxrl_dist.errors import unknown_env
 
 _LAST = 2   # StepType.LAST (dm_env convention, also Jumanji's)
 
@@ -67,8 +68,7 @@ def make(name: str, episode_length: int | None = None, **kwargs: Any) -> EnvSpec
         raise EnvError("episode_length does not apply to jumanji: environments; set the "
                        "task's own limit through env_kwargs (e.g. time_limit) instead")
     if name not in jumanji.registered_environments():
-        raise EnvError(f"unknown Jumanji environment {name!r}; Jumanji provides: "
-                       f"{', '.join(sorted(jumanji.registered_environments()))}")
+        raise unknown_env("Jumanji", name, jumanji.registered_environments(), "jumanji:")
     env = jumanji.make(name, **kwargs)
     _, timestep = jax.eval_shape(env.reset, jax.random.PRNGKey(0))
     _, mask = split_observation(timestep.observation)

@@ -8,6 +8,7 @@ from typing import Any
 
 from jaxrl_dist.envs.base import EnvError, EnvSpec
 from jaxrl_dist.envs.brax import time_limited
+from jaxrl_dist.errors import unknown_env
 
 
 def make(name: str, episode_length: int | None = None, **overrides: Any) -> EnvSpec:
@@ -16,8 +17,7 @@ def make(name: str, episode_length: int | None = None, **overrides: Any) -> EnvS
     from mujoco_playground import registry
 
     if name not in registry.ALL_ENVS:
-        raise EnvError(f"unknown Playground environment {name!r}; e.g. "
-                       f"{', '.join(sorted(registry.dm_control_suite.ALL_ENVS)[:8])}, ...")
+        raise unknown_env("Playground", name, registry.ALL_ENVS, "playground:", listed=8)
     overrides = {"impl": "jax", **overrides}
     try:
         config = registry.get_default_config(name)

@@ -11,7 +11,7 @@ A pool differs from an :class:`~jaxrl_dist.envs.base.Adapter` in three ways, han
 
 * it steps the whole batch and auto-resets itself ONE STEP LATE (ale-py's NEXT_STEP mode): the
   step after an episode's end returns the reset observation, ignores the action and pays 0.
-  That step is not experience: :class:`~jaxrl_dist.envs.base.StepOutput` marks it
+  That step is not experience: :class:`~jaxrl_dist.envs.slots.StepOutput` marks it
   ``valid=False`` and every learner drops it (PPO's and PQN's losses, DQN's replay samples).
   The observation an episode ended at is the one its last step returned, so a time limit's
   bootstrap needs no separate final observation.
@@ -29,6 +29,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import struct
+
+from jaxrl_dist.envs.slots import EnvSlot, StepOutput
 
 HANDLE_BYTES = 8
 
@@ -97,7 +99,6 @@ def seeds_of(keys: jax.Array) -> jax.Array:
 
 def reset(spec: Any, handles: jax.Array, keys: jax.Array) -> Any:
     """This device's environments [E] freshly reset; ``handles`` [E, 8] (all the same)."""
-    from jaxrl_dist.envs.base import EnvSlot
     handle, obs, lives = _varying_like(spec.pool.reset(handles[0], seeds_of(keys)), keys)
     E = keys.shape[0]
     state = PoolState(jnp.broadcast_to(handle, (E, HANDLE_BYTES)), lives.astype(jnp.int32),
@@ -107,7 +108,6 @@ def reset(spec: Any, handles: jax.Array, keys: jax.Array) -> Any:
 
 def step(spec: Any, slots: Any, action: jax.Array) -> tuple[Any, Any]:
     """Step this device's pool once: (slots [E], action [E]) -> (slots, StepOutput)."""
-    from jaxrl_dist.envs.base import EnvSlot, StepOutput
     state: PoolState = slots.env_state
     options: PoolOptions = spec.pool.options
     handle, out = _varying_like(spec.pool.step(state.handle[0], action.astype(jnp.int32)),

@@ -12,6 +12,7 @@ from typing import Any, Iterator
 import jax
 
 from jaxrl_dist.envs.base import EnvError, EnvSpec
+from jaxrl_dist.errors import nearest
 
 # suite -> (adapter module, the library's import name, the pip extra that installs it)
 SUITES: dict[str, tuple[str, str, str]] = {
@@ -31,7 +32,9 @@ def parse(env_id: str) -> tuple[str, str]:
     if not sep:
         return "gymnax", env_id
     if suite not in SUITES:
-        raise EnvError(f"unknown environment suite {suite!r} in {env_id!r}; known suites: "
+        close = nearest(suite, SUITES, 1)
+        hint = f"did you mean {close[0]}:{name}? " if close else ""
+        raise EnvError(f"unknown environment suite {suite!r} in {env_id!r}; {hint}known suites: "
                        f"{', '.join(SUITES)} (an unprefixed name is a gymnax id)")
     if not name:
         raise EnvError(f"{env_id!r} names no environment: write {suite}:<name>")

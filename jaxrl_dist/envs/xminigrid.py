@@ -13,8 +13,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxrl_dist.envs.base import EnvError, EnvSpec, Step, flatten_observation
+from jaxrl_dist.envs.base import EnvSpec, Step, flatten_observation
 from jaxrl_dist.envs.spaces import discrete_spec
+from jaxrl_dist.errors import unknown_env
 
 _LAST = 2
 
@@ -44,8 +45,8 @@ def make(name: str, episode_length: int | None = None, **kwargs: Any) -> EnvSpec
     import xminigrid
 
     if name not in xminigrid.registered_environments():
-        raise EnvError(f"unknown XLand-MiniGrid environment {name!r}; e.g. "
-                       f"{', '.join(sorted(xminigrid.registered_environments())[:8])}, ...")
+        raise unknown_env("XLand-MiniGrid", name, xminigrid.registered_environments(),
+                          "xminigrid:", listed=8)
     env, params = xminigrid.make(name, **kwargs)
     if episode_length is not None:
         params = params.replace(max_steps=int(episode_length))

@@ -1,10 +1,11 @@
-"""DQN's section of a run's config (``dqn:``), its checks, and its registry record. jax-free."""
+"""DQN's section of a run's config (``dqn:``), its checks, its scalar hyperparameters and its
+registry record (:mod:`jaxrl_dist.agents` registers it). jax-free."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from jaxrl_dist.agents import Algorithm, register
+from jaxrl_dist.agents.algorithm import Algorithm, sweep_keys
 from jaxrl_dist.agents.qnet.config import (LOSSES, QNetworkConfig, check_exploration,
                                            check_network, check_optimizer, require)
 from jaxrl_dist.typed import doc as _doc
@@ -68,10 +69,10 @@ class DQNConfig:
     network: QNetworkConfig = field(default_factory=QNetworkConfig)
 
 
-# Scalars of the update's math: members of a sweep differ in array values only.
-SWEEPABLE = ("dqn.learning_rate", "dqn.gamma", "dqn.epsilon_start", "dqn.epsilon_end",
-             "dqn.epsilon_decay_steps", "dqn.target_update_period", "dqn.target_tau",
-             "dqn.max_grad_norm", "dqn.huber_delta")
+# The update's scalar hyperparameters, the keys a population may sweep (``dqn.<name>``):
+# members of a sweep differ in array values only.
+HPARAMS = ("learning_rate", "gamma", "epsilon_start", "epsilon_end", "epsilon_decay_steps",
+           "target_update_period", "target_tau", "max_grad_norm", "huber_delta")
 
 
 def check(d: DQNConfig) -> None:
@@ -120,7 +121,8 @@ def check_run(d: DQNConfig, config) -> None:
             f"lower it or raise total_timesteps")
 
 
-register(Algorithm(
-    name="dqn", section=DQNConfig, check=check, check_run=check_run, sweepable=SWEEPABLE,
-    steps_per_env=lambda d: d.num_steps, make="jaxrl_dist.agents.dqn.learner:make_agent",
-    doc="double DQN with n-step returns and a replay buffer in fixed shards"))
+ALGORITHM = Algorithm(
+    name="dqn", section=DQNConfig, check=check, check_run=check_run,
+    sweepable=sweep_keys("dqn", HPARAMS), steps_per_env=lambda d: d.num_steps,
+    make="jaxrl_dist.agents.dqn.learner:make_agent",
+    doc="double DQN with n-step returns and a replay buffer in fixed shards")

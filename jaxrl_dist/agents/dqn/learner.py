@@ -17,18 +17,18 @@ import jax.numpy as jnp
 import optax
 
 from jaxrl_dist import rollout
+from jaxrl_dist.agents.algorithm import hyperparameters
 from jaxrl_dist.agents.base import EPISODE_METRICS, Agent
 from jaxrl_dist.agents.dqn import replay as replay_lib
-from jaxrl_dist.agents.dqn.config import DQNConfig
+from jaxrl_dist.agents.dqn.config import HPARAMS, DQNConfig
+from jaxrl_dist.agents.optimizer import make_optimizer
 from jaxrl_dist.agents.qnet import networks as qnet
 from jaxrl_dist.envs import EnvSpec
 from jaxrl_dist.errors import ConfigError
+from jaxrl_dist.gradients import global_mean_grad
 from jaxrl_dist.sharding import Layout
 from jaxrl_dist.sizes import Sizes
 from jaxrl_dist.types import RunState, Trajectory
-
-HPARAMS = ("learning_rate", "gamma", "epsilon_start", "epsilon_end", "epsilon_decay_steps",
-           "target_update_period", "target_tau", "max_grad_norm", "huber_delta")
 
 METRICS = {**EPISODE_METRICS, "loss": "mean", "q_mean": "mean", "grad_norm": "mean",
            "epsilon": "last", "learning": "mean", "replay_transitions": "last",
@@ -65,11 +65,11 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
     pool = spec.pool is not None             # final observations are in the next row
 
     def hp_of(train):
-        return qnet.hyperparameters(d, HPARAMS, train.hparams)
+        return hyperparameters(d, HPARAMS, train.hparams)
 
     def init(key, params, swept):
-        hp = qnet.hyperparameters(d, HPARAMS, swept)
-        train = TrainState(params, params, qnet.make_optimizer(d, hp).init(params), key,
+        hp = hyperparameters(d, HPARAMS, swept)
+        train = TrainState(params, params, make_optimizer(d, hp).init(params), key,
                            jnp.int32(0), jnp.int32(0), swept)
         data = replay_lib.init(shards_local, rows, envs_per_shard, spec.obs_shape, obs_dtype,
                                d.bootstrap_truncation and not pool, pool)
@@ -97,7 +97,7 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         if layout.members:   # the same for every member (nothing it depends on is swept):
             # agreed over them, so the cond stays a branch, not a select running both sides
             learning = jax.lax.pmin(learning.astype(jnp.int32), layout.member_vmap_axis) > 0
-        optimizer = qnet.make_optimizer(d, hp)
+        optimizer = make_optimizer(d, hp)
 
         def train_steps(train):
             keys = jax.random.split(key, d.gradient_steps)
@@ -130,7 +130,7 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         next_value = jnp.take_along_axis(next_q_target, next_action[:, None], 1)[:, 0]
         target = jax.lax.stop_gradient(batch.reward + batch.discount * next_value)
 
-        grads, stats, grad_norm = qnet.global_mean_grad(
+        grads, stats, grad_norm = global_mean_grad(
             td_loss, train.params, axis, batch.obs, batch.action, target, hp["huber_delta"],
             batch.weight)
         updates, opt_state = optimizer.update(grads, train.opt_state, train.params)

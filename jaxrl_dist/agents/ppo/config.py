@@ -1,18 +1,18 @@
-"""PPO's section of a run's config (``ppo:``, its network included), its checks, and its
-registry record. jax-free: the CLI reads and checks a config before jax is imported."""
+"""PPO's section of a run's config (``ppo:``, its network included), its checks, its scalar
+hyperparameters and its registry record (:mod:`jaxrl_dist.agents` registers it). jax-free: the
+CLI reads and checks a config before jax is imported."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from jaxrl_dist.agents import Algorithm, register
-from jaxrl_dist.agents.torso import check_conv
+from jaxrl_dist.agents.algorithm import Algorithm, sweep_keys
+from jaxrl_dist.agents.torso import check_torso
 from jaxrl_dist.errors import ConfigError
 from jaxrl_dist.typed import doc as _doc
 
 ACTIVATIONS = ("tanh", "relu", "gelu", "silu", "elu")
 BOUNDED_ACTIONS = ("clip", "tanh")
-TORSOS = ("auto", "mlp", "cnn")
 GRAD_CLIPS = ("global_norm", "element")
 INITS = ("orthogonal", "lecun")
 
@@ -76,11 +76,12 @@ class PPOConfig:
     network: NetworkConfig = field(default_factory=NetworkConfig)
 
 
-# Keys a population may sweep: each is a scalar of the update's math, so members differ only in
-# array values and ONE compiled program serves the whole sweep. Anything else (sizes, network,
-# flags) changes shapes or the program itself.
-SWEEPABLE = ("ppo.learning_rate", "ppo.ent_coef", "ppo.clip_eps", "ppo.gamma", "ppo.gae_lambda",
-             "ppo.vf_coef", "ppo.max_grad_norm")
+# The update's scalar hyperparameters, the keys a population may sweep (``ppo.<name>``): each
+# is a scalar of the update's math, so members differ only in array values and ONE compiled
+# program serves the whole sweep. Anything else (sizes, network, flags) changes shapes or the
+# program itself. The update reads them through ``algorithm.hyperparameters``.
+HPARAMS = ("learning_rate", "ent_coef", "clip_eps", "gamma", "gae_lambda", "vf_coef",
+           "max_grad_norm")
 
 
 def _require(ok: bool, message: str) -> None:
@@ -119,16 +120,14 @@ def check(p: PPOConfig) -> None:
     _require(n.bounded_actions in BOUNDED_ACTIONS,
              f"ppo.network.bounded_actions must be one of {', '.join(BOUNDED_ACTIONS)}, "
              f"got {n.bounded_actions!r}")
-    _require(n.torso in TORSOS,
-             f"ppo.network.torso must be one of {', '.join(TORSOS)}, got {n.torso!r}")
-    check_conv(n, "ppo")
+    check_torso(n, "ppo")
     for name in ("actor_hidden", "critic_hidden"):
         sizes = getattr(n, name)
         _require(all(s >= 1 for s in sizes),
                  f"ppo.network.{name} sizes must be >= 1, got {list(sizes)}")
 
 
-register(Algorithm(
-    name="ppo", section=PPOConfig, check=check, sweepable=SWEEPABLE,
+ALGORITHM = Algorithm(
+    name="ppo", section=PPOConfig, check=check, sweepable=sweep_keys("ppo", HPARAMS),
     steps_per_env=lambda p: p.num_steps, make="jaxrl_dist.agents.ppo.learner:make_agent",
-    doc="clipped PPO with GAE, a separate actor and critic"))
+    doc="clipped PPO with GAE, a separate actor and critic")

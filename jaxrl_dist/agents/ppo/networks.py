@@ -16,7 +16,7 @@ import numpy as np
 
 from jaxrl_dist.agents import conv
 from jaxrl_dist.agents.ppo.config import NetworkConfig
-from jaxrl_dist.agents.torso import conv_layers, input_scale
+from jaxrl_dist.agents.torso import conv_torso, input_scale
 from jaxrl_dist.distributions import Categorical, DiagGaussian
 from jaxrl_dist.envs import EnvSpec
 
@@ -30,14 +30,6 @@ def _tanh_bounds(config: NetworkConfig, spec: EnvSpec):
     if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
         return None
     return tuple(map(float, low)), tuple(map(float, high))
-
-
-def use_cnn(config: NetworkConfig, obs_shape: tuple[int, ...]) -> bool:
-    if config.torso == "cnn" and len(obs_shape) != 3:
-        from jaxrl_dist.envs import EnvError
-        raise EnvError(f"network.torso=cnn needs [H, W, C] observations, got shape "
-                       f"{list(obs_shape)}; use torso: mlp (or auto)")
-    return config.torso == "cnn" or (config.torso == "auto" and len(obs_shape) == 3)
 
 
 class MLP(nn.Module):
@@ -115,8 +107,7 @@ class Networks(NamedTuple):
 
 
 def make_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
-    conv = (tuple(conv_layers(config.cnn_channels, config.cnn_kernels, config.cnn_strides))
-            if use_cnn(config, spec.obs_shape) else ())
+    conv = conv_torso(config, spec.obs_shape)
     bounds = _tanh_bounds(config, spec)
     scale = input_scale(spec.obs_dtype)
     actor = Actor(config, spec.action_dim, spec.continuous, conv, scale, bounds)

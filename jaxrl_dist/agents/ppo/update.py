@@ -5,10 +5,8 @@ Each device runs the body of :func:`jax.shard_map` on its shard of the environme
 and optimizer state are replicated. Collectives over the layout's data axis make every
 statistic global:
 
-* the gradient is the mean over the global minibatch (see :func:`make_sgd_step`). Beware: with
-  replicated params, ``grad`` of the LOCAL loss already returns the SUM over devices, and the
-  pmap-era ``pmean(grad(local_loss))`` silently scales the update by the device count: see
-  shared/DESIGN.md section 2 and tests/test_update.py.
+* the gradient is the mean over the global minibatch, by the rule every learner follows
+  (:func:`~jaxrl_dist.gradients.global_mean_grad`; docs/architecture.md, tests/test_update.py).
 * advantage normalisation, observation moments, explained variance and episode statistics use
   ONE ``psum`` of sums and counts per update.
 
@@ -30,11 +28,13 @@ from jax.flatten_util import ravel_pytree
 
 from jaxrl_dist import rollout, running_stats
 from jaxrl_dist.agents import minibatch
+from jaxrl_dist.agents.algorithm import hyperparameters
 from jaxrl_dist.agents.ppo import losses
-from jaxrl_dist.agents.ppo.config import PPOConfig
+from jaxrl_dist.agents.ppo.config import HPARAMS, PPOConfig
 from jaxrl_dist.agents.ppo.networks import Networks
-from jaxrl_dist.agents.ppo.optimizer import hyperparameters, make_optimizer
+from jaxrl_dist.agents.ppo.optimizer import make_optimizer
 from jaxrl_dist.envs import EnvSpec
+from jaxrl_dist.gradients import global_mean_grad
 from jaxrl_dist.running_stats import Moments
 from jaxrl_dist.sizes import Sizes
 from jaxrl_dist.types import Trajectory
@@ -73,27 +73,18 @@ def make_sgd_step(p: PPOConfig, nets: Networks, optimizer: optax.GradientTransfo
     clip_eps) -> (params, opt_state, LossInfo, grad_norm). Every output is replicated
     (identical on all devices).
 
-    The gradient is the mean over the global minibatch: each device differentiates its local
-    mean loss w.r.t. a device-varying copy of the parameters (so no implicit psum is inserted),
-    then gradients and loss statistics travel in ONE ``pmean`` of a flat vector. Shards are
-    equal-sized, so the mean of local means is the global mean. Small collectives are latency
-    bound (gloo on CPU, NCCL across hosts), so fusing them is what keeps multi-process fast.
+    The gradient (and the loss statistics, in the same ``pmean``) is the mean over the global
+    minibatch: :func:`~jaxrl_dist.gradients.global_mean_grad`.
     """
-    hp = hyperparameters(p, hp)
+    hp = hyperparameters(p, HPARAMS, hp)
 
     def local_loss(params, batch, clip_eps):
         return losses.ppo_loss(params, batch, nets.policy, nets.value, clip_eps,
                                p.vf_clip_eps, hp["ent_coef"], hp["vf_coef"])
 
     def sgd_step(params: Any, opt_state: Any, batch: losses.LossInputs, clip_eps: jax.Array):
-        local_params = jax.lax.pcast(params, axis_name, to="varying")
-        grads, info = jax.grad(local_loss, has_aux=True)(local_params, batch, clip_eps)
-        flat, unravel = ravel_pytree((grads, info))
-        flat = jax.lax.pmean(flat, axis_name)
-        # The norm of the flat gradient (its leaves come first): one reduction, not one per leaf.
-        grad_size = sum(x.size for x in jax.tree.leaves(grads))
-        grad_norm = jnp.sqrt(jnp.sum(jnp.square(flat[:grad_size])))
-        grads, info = unravel(flat)
+        grads, info, grad_norm = global_mean_grad(local_loss, params, axis_name, batch,
+                                                  clip_eps)
         updates, opt_state = optimizer.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, info, grad_norm
 
@@ -129,7 +120,7 @@ def make_learn_fn(p: PPOConfig, sizes: Sizes, spec: EnvSpec, nets: Networks, axi
     def learn(train: TrainState, data: Any, trajectory: Trajectory, key_shuffle: jax.Array):
         steps = trajectory.steps
         T, E = steps.reward.shape
-        hp = hyperparameters(p, train.hparams)
+        hp = hyperparameters(p, HPARAMS, train.hparams)
         optimizer, schedule = make_optimizer(p, sizes, train.hparams)
         sgd_step = make_sgd_step(p, nets, optimizer, axis, hp=train.hparams)
         env_ids = rollout.local_env_ids(E, axis)

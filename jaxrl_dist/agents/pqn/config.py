@@ -1,4 +1,5 @@
-"""PQN's section of a run's config (``pqn:``), its checks, and its registry record. jax-free.
+"""PQN's section of a run's config (``pqn:``), its checks, its scalar hyperparameters and its
+registry record (:mod:`jaxrl_dist.agents` registers it). jax-free.
 
 PQN (Gallici et al. 2024, "Simplifying Deep Temporal Difference Learning"): many environments
 collect a short rollout with epsilon-greedy actions, Q(lambda) targets are computed over it,
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from jaxrl_dist.agents import Algorithm, register
+from jaxrl_dist.agents.algorithm import Algorithm, sweep_keys
 from jaxrl_dist.agents.qnet.config import (LOSSES, QNetworkConfig, check_exploration,
                                            check_network, check_optimizer, require)
 from jaxrl_dist.typed import doc as _doc
@@ -51,9 +52,10 @@ class PQNConfig:
     network: QNetworkConfig = field(default_factory=_network)
 
 
-SWEEPABLE = ("pqn.learning_rate", "pqn.gamma", "pqn.q_lambda", "pqn.epsilon_start",
-             "pqn.epsilon_end", "pqn.epsilon_decay_steps", "pqn.max_grad_norm",
-             "pqn.reward_scale")
+# The update's scalar hyperparameters, the keys a population may sweep (``pqn.<name>``):
+# members of a sweep differ in array values only.
+HPARAMS = ("learning_rate", "gamma", "q_lambda", "epsilon_start", "epsilon_end",
+           "epsilon_decay_steps", "max_grad_norm", "reward_scale", "huber_delta")
 
 
 def check(p: PQNConfig) -> None:
@@ -74,7 +76,7 @@ def check(p: PQNConfig) -> None:
     check_network(p.network, "pqn")
 
 
-register(Algorithm(
-    name="pqn", section=PQNConfig, check=check, sweepable=SWEEPABLE,
+ALGORITHM = Algorithm(
+    name="pqn", section=PQNConfig, check=check, sweepable=sweep_keys("pqn", HPARAMS),
     steps_per_env=lambda p: p.num_steps, make="jaxrl_dist.agents.pqn.learner:make_agent",
-    doc="PQN: Q(lambda) over vectorised rollouts, LayerNorm, no replay, no target network"))
+    doc="PQN: Q(lambda) over vectorised rollouts, LayerNorm, no replay, no target network")

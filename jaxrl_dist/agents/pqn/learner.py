@@ -13,16 +13,16 @@ import optax
 
 from jaxrl_dist import rollout
 from jaxrl_dist.agents import minibatch
+from jaxrl_dist.agents.algorithm import hyperparameters
 from jaxrl_dist.agents.base import EPISODE_METRICS, Agent
-from jaxrl_dist.agents.pqn.config import PQNConfig
+from jaxrl_dist.agents.optimizer import make_optimizer, make_schedule
+from jaxrl_dist.agents.pqn.config import HPARAMS, PQNConfig
 from jaxrl_dist.agents.qnet import networks as qnet
 from jaxrl_dist.envs import EnvSpec
+from jaxrl_dist.gradients import global_mean_grad
 from jaxrl_dist.sharding import Layout
 from jaxrl_dist.sizes import Sizes
 from jaxrl_dist.types import Trajectory
-
-HPARAMS = ("learning_rate", "gamma", "q_lambda", "epsilon_start", "epsilon_end",
-           "epsilon_decay_steps", "max_grad_norm", "reward_scale", "huber_delta")
 
 METRICS = {**EPISODE_METRICS, "loss": "mean", "q_mean": "mean", "target_mean": "mean",
            "grad_norm": "mean", "epsilon": "last", "learning_rate": "last"}
@@ -62,15 +62,13 @@ def make_agent(p: PQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
     sgd_steps = sizes.num_updates * U * M
 
     def hp_of(swept):
-        return qnet.hyperparameters(p, HPARAMS, swept)
+        return hyperparameters(p, HPARAMS, swept)
 
     def schedule(hp):
-        if p.anneal_lr:
-            return optax.linear_schedule(hp["learning_rate"], 0.0, transition_steps=sgd_steps)
-        return optax.constant_schedule(hp["learning_rate"])
+        return make_schedule(p, hp, sgd_steps)
 
     def optimizer(hp):
-        return qnet.make_optimizer(p, hp, schedule(hp))
+        return make_optimizer(p, hp, schedule(hp))
 
     def init(key, params, swept):
         return TrainState(params, optimizer(hp_of(swept)).init(params), key, jnp.int32(0),
@@ -107,8 +105,8 @@ def make_agent(p: PQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         def sgd_step(carry, mb):
             params, opt_state = carry
             obs, action, target, w = mb
-            grads, stats, grad_norm = qnet.global_mean_grad(td_loss, params, axis, obs, action,
-                                                            target, hp["huber_delta"], w)
+            grads, stats, grad_norm = global_mean_grad(td_loss, params, axis, obs, action,
+                                                       target, hp["huber_delta"], w)
             updates, opt_state = opt.update(grads, opt_state, params)
             return (optax.apply_updates(params, updates), opt_state), (stats, grad_norm)
 

@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jaxrl_dist.agents.torso import check_conv
+from jaxrl_dist.agents.torso import check_torso
 from jaxrl_dist.errors import ConfigError
 from jaxrl_dist.typed import doc as _doc
 
 ACTIVATIONS = ("relu", "tanh", "gelu", "silu", "swish", "elu")
-TORSOS = ("auto", "mlp", "cnn")
 SCHEDULES = ("linear", "exponential")
 GRAD_CLIPS = ("global_norm", "element")
 LOSSES = ("huber", "mse")
@@ -43,9 +42,7 @@ def require(ok: bool, message: str) -> None:
 def check_network(n: QNetworkConfig, prefix: str) -> None:
     require(n.activation in ACTIVATIONS, f"{prefix}.network.activation must be one of "
             f"{', '.join(ACTIVATIONS)}, got {n.activation!r}")
-    require(n.torso in TORSOS, f"{prefix}.network.torso must be one of {', '.join(TORSOS)}, "
-            f"got {n.torso!r}")
-    check_conv(n, prefix)
+    check_torso(n, prefix)
     require(all(s >= 1 for s in n.hidden),
             f"{prefix}.network.hidden sizes must be >= 1, got {list(n.hidden)}")
 

@@ -14,11 +14,10 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
-from jax.flatten_util import ravel_pytree
 
 from jaxrl_dist.agents import conv
 from jaxrl_dist.agents.qnet.config import QNetworkConfig
-from jaxrl_dist.agents.torso import conv_layers, input_scale
+from jaxrl_dist.agents.torso import conv_torso, input_scale
 from jaxrl_dist.distributions import MASKED_LOGIT
 from jaxrl_dist.envs import EnvError, EnvSpec
 
@@ -79,13 +78,8 @@ def require_discrete(algo: str, spec: EnvSpec) -> None:
 
 
 def make_q_network(config: QNetworkConfig, spec: EnvSpec) -> QNet:
-    if config.torso == "cnn" and len(spec.obs_shape) != 3:
-        raise EnvError(f"network.torso=cnn needs [H, W, C] observations, got shape "
-                       f"{list(spec.obs_shape)}; use torso: mlp (or auto)")
-    cnn = config.torso == "cnn" or (config.torso == "auto" and len(spec.obs_shape) == 3)
-    conv = conv_layers(config.cnn_channels, config.cnn_kernels, config.cnn_strides) if cnn else ()
     module = QNetwork(tuple(config.hidden), spec.action_dim, config.activation,
-                      config.layer_norm, config.dueling, tuple(conv),
+                      config.layer_norm, config.dueling, conv_torso(config, spec.obs_shape),
                       input_scale(spec.obs_dtype))
     dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
 
@@ -164,40 +158,3 @@ def agent_parts(net: QNet, spec: EnvSpec) -> dict[str, Any]:
                 noise=lambda key, t: exploration_noise(key, t, spec.action_dim),
                 act=act, env_action=lambda a: a, policy=policy,
                 policy_params=lambda train: train.params)
-
-
-def make_optimizer(c: Any, hp: dict[str, Any], learning_rate: Any = None
-                   ) -> optax.GradientTransformation:
-    """Gradient clipping (global norm or per element; none if max_grad_norm is null), then
-    Adam (or RAdam, if the section has ``optimizer: radam``). Built inside the program when ``hp`` holds a member's swept (traced) values."""
-    make = optax.radam if getattr(c, "optimizer", "adam") == "radam" else optax.adam
-    adam = make(hp["learning_rate"] if learning_rate is None else learning_rate, eps=c.adam_eps)
-    if hp["max_grad_norm"] is None:   # null and not swept: no clipping
-        return adam
-    clip = optax.clip_by_global_norm if c.grad_clip == "global_norm" else optax.clip
-    return optax.chain(clip(hp["max_grad_norm"]), adam)
-
-
-def global_mean_grad(loss_fn: Callable, params: Any, axis: str, *args
-                     ) -> tuple[Any, Any, jax.Array]:
-    """Gradient of the GLOBAL batch's mean loss, inside a shard_map over ``axis``.
-
-    Each device differentiates its local mean loss w.r.t. a device-varying copy of the
-    replicated parameters (so no implicit psum is inserted: shared/DESIGN.md section 2), then
-    gradients and the loss's aux values travel in ONE ``pmean`` of a flat vector. Shards are
-    equal-sized, so the mean of local means is the global mean.
-    Returns (grads, aux, global norm of grads)."""
-    local = jax.lax.pcast(params, axis, to="varying")
-    grads, aux = jax.grad(loss_fn, has_aux=True)(local, *args)
-    flat, unravel = ravel_pytree((grads, aux))
-    flat = jax.lax.pmean(flat, axis)
-    grad_size = sum(x.size for x in jax.tree.leaves(grads))
-    grad_norm = jnp.sqrt(jnp.sum(jnp.square(flat[:grad_size])))
-    grads, aux = unravel(flat)
-    return grads, aux, grad_norm
-
-
-def hyperparameters(c: Any, names: Sequence[str], swept: dict[str, Any] | None) -> dict[str, Any]:
-    """The config's scalar values (program constants) overridden by a population's swept
-    values (arrays in the train state)."""
-    return {**{name: getattr(c, name) for name in names}, **(swept or {})}
