@@ -10,6 +10,7 @@ without the member dimension.
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -316,14 +317,14 @@ def loop(run: Run) -> None:
 
     def flush() -> None:
         while pending:
-            metrics, updates, n, stamps = pending.pop(0)
-            _log(run, writer, metrics, updates, lambda: speed.rate(n * sizes.batch_size, stamps),
+            metrics, updates, n = pending.pop(0)
+            _log(run, writer, metrics, updates, lambda: speed.rate(n * sizes.batch_size),
                  eval_row.pop(updates, None))
         distributed.heartbeat()
 
     loop_start = time.perf_counter()
     try:
-        _calls(run, hooks, pending, flush, speed, speed.paused(evaluate), loop_start)
+        _calls(run, hooks, pending, flush, speed.paused(evaluate), loop_start)
         flush()
         writer.close()
     except BaseException:
@@ -345,21 +346,19 @@ def loop(run: Run) -> None:
     run.timed("final_save", begin)
 
 
-def _calls(run: Run, hooks: HookTable, pending: list, flush, speed: _Speed, evaluate,
-           loop_start: float) -> None:
+def _calls(run: Run, hooks: HookTable, pending: list, flush, evaluate, loop_start: float) -> None:
     """The calls of the loop, with the hooks due after each."""
     sizes = run.sizes
     checked = loop_start   # when a failed background save was last polled for
     distributed.heartbeat()
     for call_index, n in enumerate(sizes_lib.calls(sizes, run.updates_done)):
         before = run.updates_done
-        begin, start = time.perf_counter(), speed.stamp()
+        begin = time.perf_counter()
         run.state, metrics = run.compiled[n](run.state)
         run.timed("loop_dispatch", begin)   # asynchronous: near 0 unless the queue is full
-        stamps = speed.dispatched(start, metrics)
         run.updates_done += n
         flush()
-        pending.append((metrics, run.updates_done, n, stamps))
+        pending.append((metrics, run.updates_done, n))
         if call_index == 1 and not hooks.calibrated:   # seconds -> updates, agreed once
             jax.block_until_ready(run.state)
             per_update = ((time.perf_counter() - loop_start)
@@ -382,21 +381,22 @@ def _calls(run: Run, hooks: HookTable, pending: list, flush, speed: _Speed, eval
 
 
 class _Speed:
-    """Env steps per second of TRAINING for each metrics row: from when the previous call's
-    metrics were ready (or this call was dispatched, if later) to when this call's were, less
-    the time spent in hooks in between. A hook first waits for the calls before it (so their
-    device time counts as training) and its own time is then excluded; a call that finished
-    inside its dispatch (small programs on a CPU) is stamped there. Without this, a row that
-    spanned an evaluation or a checkpoint read as a dip and the row after it as a spike (a Pong
-    run's rows: median 252 env steps/s, one at 1.27M)."""
+    """Env steps per second of TRAINING for each metrics row: the steps of the last ``WINDOW``
+    rows over the wall time from just before the first of them to when this row's metrics were
+    ready, less the time spent in hooks in between. A hook first waits for the calls before it
+    (so their device time counts as training) and its own time is then excluded. Without this a
+    row that spanned an evaluation or a checkpoint read as a dip and the row after it as a spike
+    (a Pong run's rows: median 252 env steps/s, one at 1.27M). A window rather than one row:
+    the host sees a call finish only when it next looks, so a single row's interval jitters
+    (several calls can finish between two looks while the host writes)."""
+
+    WINDOW = 10
 
     def __init__(self, run: Run):
         self.run = run
-        self.hooks_s = 0.0                # seconds in hooks so far
-        self.last_ready = self.stamp()    # (time, hooks_s) when the last call's metrics were
-
-    def stamp(self) -> tuple[float, float]:
-        return time.perf_counter(), self.hooks_s
+        self.hooks_s = 0.0   # seconds in hooks so far
+        self.marks: collections.deque = collections.deque([(time.perf_counter(), 0.0, 0)],
+                                                          maxlen=self.WINDOW + 1)
 
     def paused(self, action):
         def run_hook(updates: int) -> None:
@@ -408,19 +408,12 @@ class _Speed:
                 self.hooks_s += time.perf_counter() - begin
         return run_hook
 
-    def dispatched(self, start: tuple[float, float], metrics: Any) -> tuple:
-        """(dispatch stamp, ready stamp or None) of a call just dispatched."""
-        done = all(x.is_ready() for x in jax.tree.leaves(metrics) if hasattr(x, "is_ready"))
-        return start, self.stamp() if done else None
-
-    def rate(self, steps: int, stamps: tuple) -> float:
-        start, ready = stamps
-        ready = ready or self.stamp()
-        # calls finish in order; the previous one seen ready after this one was seen late
-        begin = max(self.last_ready, start) if self.last_ready <= ready else start
-        seconds = (ready[0] - begin[0]) - (ready[1] - begin[1])
-        self.last_ready = ready
-        return steps / max(seconds, 1e-9)
+    def rate(self, steps: int) -> float:
+        """Called when a row's metrics are ready, with the row's env steps."""
+        self.marks.append((time.perf_counter(), self.hooks_s, steps))
+        (t0, h0, _), (t1, h1, _) = self.marks[0], self.marks[-1]
+        done = sum(n for _, _, n in list(self.marks)[1:])
+        return done / max((t1 - t0) - (h1 - h0), 1e-9)
 
 
 def _hooks(run: Run, evaluate) -> HookTable:

@@ -23,8 +23,6 @@ IMPORT_NAMES = {"pyyaml": "yaml", "orbax-checkpoint": "orbax", "ale-py": "ale_py
 # The DI-engine peer's scripts (jaxrl_dist/bench/peers/diengine/) run in that peer's own venv
 # (its requirements.txt and make_venv.sh), importing DI-engine and its gym stack.
 PEER_IMPORTS = {"ding", "dizoo", "easydict", "gym", "gymnasium", "ale_py"}
-# Edges from a module to a module above it, each to be removed, with why it is still here.
-TRANSITIONAL: set[tuple[str, str]] = set()
 
 
 def _modules() -> dict[str, Path]:
@@ -79,7 +77,7 @@ def _graph() -> dict[str, dict[str, int]]:
             parts = target.split(".")
             for i in range(1, len(parts) + 1):
                 module = ".".join(parts[:i])
-                if module != name and module not in own and (name, module) not in TRANSITIONAL:
+                if module != name and module not in own:
                     graph[name].setdefault(module, line)
     return graph
 
@@ -123,12 +121,6 @@ def test_the_cycle_check_sees_function_level_imports():
     # and function-level imports are read: rollout imports the pool module only inside
     # reset_actors
     assert "jaxrl_dist.envs.pool" in {_target(i) for i, _ in _imports("jaxrl_dist.rollout")}
-
-
-def test_transitional_edges_still_exist():
-    """Each TRANSITIONAL entry is a real import: remove the entry once its import is gone."""
-    for name, module in TRANSITIONAL:
-        assert module in {_target(i) for i, _ in _imports(name)}, (name, module)
 
 
 def _dependencies() -> set[str]:

@@ -150,10 +150,12 @@ def test_row_sps_is_training_speed_with_slow_evaluations_and_checkpoints(tmp_pat
     monkeypatch.setattr(trainer_lib, "_evaluate", evaluate)
     config = config_lib.from_dict({**TINY, "total_timesteps": 8 * 16 * 24, "updates_per_call": 2,
                                    "eval_every": 6, "checkpoint_every": 4})
-    train(config, tmp_path / "run", devices=jax.devices()[:1], progress=False)
+    summary = train(config, tmp_path / "run", devices=jax.devices()[:1], progress=False)
     rows = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
-    sps = np.array([r["sps"] for r in rows[1:]])   # the first row includes the loop's start
+    sps = np.array([r["sps"] for r in rows])
     assert any("eval/return_mean" in r for r in rows)
-    # a call here takes milliseconds: 0.5 s of a hook inside a row's interval would cut its
-    # sps by ~100x, and a spike would follow it
-    assert sps.min() > 0.2 * np.median(sps) and sps.max() < 5 * np.median(sps), sps
+    # ~5.5 s of the loop are the slowed hooks (7 saves, 4 evaluations), its 12 calls take
+    # milliseconds each: rows that counted hook time would read near the loop's average speed
+    # (the summary's sps), the training speed is ~20x that
+    assert sps.min() > 5 * summary["sps"], (sps, summary["sps"])
+    assert sps.max() < 20 * np.median(sps), sps   # and no spike
