@@ -1,0 +1,43 @@
+"""Every shipped config still loads, compiles and trains: two updates each, in one place (the
+CleanRL-style check that a change to a learner, an environment adapter or the config schema
+broke none of them). The configs' learning results are in docs/learning.md; this checks only
+that each runs end to end (init, update, evaluation, checkpoint, summary) with finite
+parameters. Suites whose compiles exceed the CI budget on 2 cores run with
+JAXRL_DIST_FULL_ENV_TESTS=1, as in test_env_suites.py."""
+
+import glob
+import math
+import os
+
+import jax
+import pytest
+
+from jaxrl_dist import config as config_lib
+from jaxrl_dist import sizes as sizes_lib
+from jaxrl_dist.envs import registry
+from jaxrl_dist.trainer import train
+
+CONFIGS = sorted(glob.glob("configs/*.yaml"))
+# Seconds to compile and run two updates on the 2-core CI machine decide which run by default.
+WITHIN_BUDGET = {"gymnax"}
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("path", CONFIGS)
+def test_shipped_config_trains_two_updates(path, tmp_path):
+    config = config_lib.load(path)
+    suite = registry.parse(config.env)[0]
+    if not registry.available(suite):
+        pytest.skip(f"optional extra '{suite}' is not installed")
+    if suite not in WITHIN_BUDGET and not os.environ.get("JAXRL_DIST_FULL_ENV_TESTS"):
+        pytest.skip(f"{suite}: its compiles exceed the CI budget on 2 cores; run with "
+                    f"JAXRL_DIST_FULL_ENV_TESTS=1")
+    batch = sizes_lib.derive_sizes(config, 1).batch_size
+    overrides = [f"total_timesteps={2 * batch}", "updates_per_call=1", "eval_episodes=2"]
+    if config.algo == "dqn":   # learn in the second update
+        overrides.append(f"dqn.learning_starts={batch}")
+    config = config_lib.load(path, overrides)
+    summary = train(config, tmp_path / "run", devices=jax.devices()[:1], progress=False)
+    assert summary["status"] == "completed" and summary["updates"] == 2, summary["status"]
+    assert math.isfinite(summary["param_norm"]) and summary["eval_return"] is not None
+    assert (tmp_path / "run" / "summary.json").exists()
