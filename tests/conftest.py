@@ -11,8 +11,17 @@ os.environ["JAX_PLATFORMS"] = "cpu"
 # Tests name shipped files by repo-relative paths (configs/...): run from the repo root whatever
 # directory pytest was started in.
 os.chdir(Path(__file__).resolve().parent.parent)
-# One compilation cache for the whole suite (subprocesses inherit it), never the user's own.
-os.environ["JAXRL_DIST_CACHE"] = tempfile.mkdtemp(prefix="jaxrl_dist_test_xla_cache_")
+# One compilation cache for the whole suite (subprocesses inherit it), never the user's own;
+# shared by pytest-xdist's workers of one run (same run id), so a program compiles once per run.
+# Two workers writing one key write the same bytes; a read of a half-written entry is a JAX
+# warning and a recompile, never a wrong program.
+_run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+if _run:
+    _cache = Path(tempfile.gettempdir()) / f"jaxrl_dist_test_xla_cache_{_run}"
+    _cache.mkdir(exist_ok=True)
+    os.environ["JAXRL_DIST_CACHE"] = str(_cache)
+else:
+    os.environ["JAXRL_DIST_CACHE"] = tempfile.mkdtemp(prefix="jaxrl_dist_test_xla_cache_")
 
 import pytest  # noqa: E402
 

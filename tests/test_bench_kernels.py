@@ -2,7 +2,7 @@
 
 import pytest
 
-from jaxrl_dist.bench.kernels import count_ours
+from benches.kernels import count_ours
 
 
 @pytest.mark.timeout(300)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from benches.learning import TASKS, first_reach, summarize, task_table
 from jaxrl_dist import config as config_lib
-from jaxrl_dist.bench.learning import TASKS, first_reach, summarize, task_table
 
 
 def _result(trainer: str, final: list[float], curve: list[list[float]]) -> dict:
@@ -59,7 +59,7 @@ def test_a_failed_trainer_loses_nothing_else(tmp_path, monkeypatch):
     import json
     import subprocess
 
-    from jaxrl_dist.bench import learning as bench_learning
+    from benches import learning as bench_learning
 
     def run(trainer, *_):
         if trainer == "rejax":
@@ -85,7 +85,7 @@ def test_plot_joins_points_across_intervals_where_no_episode_ended(tmp_path):
     warning (before, every point of ours on Freeway was isolated and nothing was drawn)."""
     import warnings
 
-    from jaxrl_dist.bench.learning import plot
+    from benches.learning import plot
 
     gap = -1e9
     results = {"ours": {"curve_steps": [1, 2, 3, 4],
@@ -103,7 +103,7 @@ def test_raw_results_of_runs_on_disjoint_seeds_are_tabulated_as_one(tmp_path):
     import argparse
     import json
 
-    from jaxrl_dist.bench import learning as bench_learning
+    from benches import learning as bench_learning
 
     def save(name, result):
         (tmp_path / f"learning_cartpole_{name}.json").write_text(json.dumps(result))
@@ -129,12 +129,12 @@ def test_raw_results_of_runs_on_disjoint_seeds_are_tabulated_as_one(tmp_path):
 
 def test_rejax_runs_with_the_interpreter_given_by_rejax_python(tmp_path, monkeypatch):
     """``bench learning --rejax-python PY`` runs rejax's runner with PY (it used to look for
-    .bench/rejax whatever the flag said); without the flag, .bench/rejax's interpreter. Nothing
-    runs: the command line is captured."""
+    .bench/rejax whatever the flag said); without the flag, the checkout's .bench/rejax
+    interpreter, whatever the working directory. Nothing runs: the command line is captured."""
     from pathlib import Path
 
-    from jaxrl_dist.bench import cli
-    from jaxrl_dist.bench import learning as bench_learning
+    from benches import cli
+    from benches import learning as bench_learning
 
     python = tmp_path / "rejax_venv" / "bin" / "python"
     python.parent.mkdir(parents=True)
@@ -154,13 +154,14 @@ def test_rejax_runs_with_the_interpreter_given_by_rejax_python(tmp_path, monkeyp
     with pytest.raises(RuntimeError, match="nowhere"):
         bench_learning.run_trainer("rejax", config_path, config, [0, 1], missing)
     default = cli.build_parser().parse_args(["learning"])
-    assert bench_learning.rejax_python(default) == Path(".bench/rejax/bin/python")
+    root = Path(__file__).resolve().parent.parent
+    assert bench_learning.rejax_python(default) == root / ".bench/rejax/bin/python"
 
 
 def test_the_solved_returns_are_each_configs_own():
     """The benches' one table of solved returns says what each config's ``solved_return`` says
     (the value training reports against)."""
-    from jaxrl_dist.bench.common import SOLVED_RETURN
+    from benches.common import SOLVED_RETURN
 
     for path, solved in SOLVED_RETURN.items():
         assert config_lib.load(path, []).solved_return == solved, path

@@ -362,12 +362,12 @@ def test_mjx_models_are_built_on_each_process_own_device(env, tmp_path):
     Brax/Playground model was unreadable there and no program using it compiled."""
     import subprocess
     import sys
-    from jaxrl_dist.bench.collectives import _free_port
+    from jaxrl_dist.launch.plan import pick_free_port
     from helpers import _env
     need(env.split(":")[0])
     script = tmp_path / "build.py"
     script.write_text(BUILD_ON_RANK)
-    address = f"127.0.0.1:{_free_port()}"
+    address = f"127.0.0.1:{pick_free_port()}"
     procs = [subprocess.Popen([sys.executable, str(script), address, str(rank), env],
                               env=_env(JAX_PLATFORMS="cpu"), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]

@@ -1,6 +1,7 @@
 """Imports flow one way: the package's modules form no cycle, counting every import statement
 (module-level, inside functions, under ``if TYPE_CHECKING:``), and the package imports nothing
-from outside its own dependencies (never the tests or the benches' peer runners).
+from outside its own dependencies (never the tests or the benchmarks, which live in benches/,
+beside the package: they import it, never the other way).
 
 Read from the source with ``ast``, without importing anything, so a lazy import inside a
 function counts as much as one at the top: a cycle hidden in a function is still a cycle,
@@ -20,9 +21,6 @@ PACKAGE = ROOT / "jaxrl_dist"
 # not their distribution's name.
 IMPORT_NAMES = {"pyyaml": "yaml", "orbax-checkpoint": "orbax", "ale-py": "ale_py",
                 "playground": "mujoco_playground", "mujoco-mjx": "mujoco"}
-# The DI-engine peer's scripts (jaxrl_dist/bench/peers/diengine/) run in that peer's own venv
-# (its requirements.txt and make_venv.sh), importing DI-engine and its gym stack.
-PEER_IMPORTS = {"ding", "dizoo", "easydict", "gym", "gymnasium", "ale_py"}
 
 
 def _modules() -> dict[str, Path]:
@@ -137,15 +135,11 @@ def _dependencies() -> set[str]:
 
 def test_the_package_imports_only_its_dependencies():
     allowed = set(sys.stdlib_module_names) | _dependencies() | {"jaxrl_dist"}
-    peers = PACKAGE / "bench" / "peers"
     bad = []
     for name, path in sorted(MODULES.items()):
-        own = allowed
-        if path.is_relative_to(peers):   # a peer's scripts: its venv, and each other
-            own = allowed | PEER_IMPORTS | {p.stem for p in path.parent.glob("*.py")}
         for imported, line in _imports(name):
             top = imported.split(".")[0]
-            if top and top not in own:
+            if top and top not in allowed:
                 bad.append(f"{path.relative_to(ROOT)}:{line} imports {imported}")
     assert not bad, "imports from outside the package's dependencies:\n" + "\n".join(bad)
 
@@ -157,3 +151,15 @@ def test_the_package_never_imports_tests_or_benches():
     bad = [f"{name}: {imported}" for name in MODULES for imported, _ in _imports(name)
            if imported.split(".")[0] in outside]
     assert not bad, bad
+
+
+def test_the_benchmarks_live_outside_the_package():
+    """The benchmark harness and the peers' runners, scripts and patches are in benches/, beside
+    the package (``python -m benches``): none of it is installed with jaxrl_dist, and what the
+    harness reads by path is in the same checkout as the harness."""
+    inside = [str(p.relative_to(ROOT)) for p in PACKAGE.rglob("*")
+              if p.is_file() and "__pycache__" not in p.parts
+              and {"bench", "benches", "peers"} & set(p.relative_to(PACKAGE).parts)]
+    assert not inside, f"benchmark files inside the package: {inside}"
+    assert (ROOT / "benches" / "__main__.py").is_file()
+    assert (ROOT / "benches" / "peers" / "rejax_runner.py").is_file()

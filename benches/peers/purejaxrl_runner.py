@@ -1,5 +1,5 @@
 """Run PureJaxRL's PPO on N seeds (vmapped, one program) and print one JSON line for
-``python -m jaxrl_dist.bench learning``. PureJaxRL is not a package: this runner imports its
+``python -m benches learning``. PureJaxRL is not a package: this runner imports its
 scripts unchanged from ``.bench/purejaxrl_src/`` (``ppo.py`` for discrete actions,
 ``ppo_continuous_action.py`` for continuous ones, and their ``wrappers.py``), exported from commit
 31756b197773a52db763fdbe6d635e4b46522a73 of https://github.com/luchris429/purejaxrl (Sep 2024,
@@ -15,7 +15,7 @@ PureJaxRL's code runs on them unchanged. gymnax must be 0.0.x: PureJaxRL expects
 tfp-nightly.
 
 What the runner does, and nothing more: it builds their config dict from our hyperparameters
-(jaxrl_dist.bench.learning.hparams), runs ``jax.jit(jax.vmap(make_train(config)))(keys)`` as their README
+(benches.learning.hparams), runs ``jax.jit(jax.vmap(make_train(config)))(keys)`` as their README
 does, sums their ``metrics`` (``returned_episode_returns`` where ``returned_episode``) in the same
 program into ~20 curve points, and evaluates each seed's FINAL parameters greedily (argmax /
 Gaussian mean clipped to the action bounds) on 16 episodes of the gymnax env, like ours. Three
@@ -67,7 +67,8 @@ import types
 from pathlib import Path
 
 # jaxlib 0.10.2's CPU runtime can idle forever in long programs on small machines (seen here: a
-# 20-update Pendulum run sat at 0 % CPU); bench/learning.py sets this too, this covers direct runs.
+# 20-update Pendulum run sat at 0 % CPU); benches/learning.py sets this too, this covers direct
+# runs.
 if "concurrency_optimized_scheduler" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_"
                                "concurrency_optimized_scheduler=false").strip()

@@ -1,5 +1,5 @@
 """Run rejax's PPO on N seeds (vmapped, one program) and print one JSON line for
-``python -m jaxrl_dist.bench learning``. Runs in its own venv (rejax needs gymnax 0.0.9):
+``python -m benches learning``. Runs in its own venv (rejax needs gymnax 0.0.9):
 
     python3.11 -m venv .bench/rejax && .bench/rejax/bin/pip install rejax==0.1.3 gymnax==0.0.9
 

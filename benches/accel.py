@@ -1,4 +1,4 @@
-"""``python -m jaxrl_dist.bench accel``: ours and rejax on the machine's accelerator (GPU/TPU).
+"""``python -m benches accel``: ours and rejax on the machine's accelerator (GPU/TPU).
 
 The CPU benches simulate devices with ``--cpu-devices``; this one runs both trainers on the
 real accelerator, at the sizes accelerators are bought for:
@@ -25,9 +25,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from jaxrl_dist.bench.common import PEERS, _fmt, run_command, stats, train_cmd
-from jaxrl_dist.bench.learning import hparams
-from jaxrl_dist.bench.rejax import rejax_python
+from benches.common import PEERS, _fmt, run_command, stats, train_cmd
+from benches.learning import hparams
+from benches.rejax import rejax_python
 
 
 def accelerator() -> str:

@@ -10,7 +10,7 @@ launcher) timed end to end.
 
 from __future__ import annotations
 
-from jaxrl_dist.bench.common import _fmt, launch_cmd, repeat, train_cmd
+from benches.common import _fmt, launch_cmd, repeat, train_cmd
 
 
 def bench_throughput(args) -> tuple[list[dict], str]:

@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from jaxrl_dist.bench.common import CARTPOLE, _fmt
+from benches.common import CARTPOLE, _fmt
 
 DEFAULT_CONFIG = "configs/pong_dqn.yaml"
 

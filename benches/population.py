@@ -1,4 +1,4 @@
-"""``python -m jaxrl_dist.bench population``: N seeds of a shipped config, three ways.
+"""``python -m benches population``: N seeds of a shipped config, three ways.
 
   ours, one command   ``jaxrl_dist.train`` with ``population.seeds`` (all seeds one program),
                       on the topology given by ``--topology`` (P x D: processes x devices)
@@ -20,10 +20,10 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from jaxrl_dist.bench.common import (CARTPOLE, PEERS, SOLVED_RETURN, XLA_ENV, _fmt, launch_cmd,
-                                     run_command, stats, train_cmd)
-from jaxrl_dist.bench.learning import hparams
-from jaxrl_dist.bench.rejax import REJAX_SETUP, rejax_python
+from benches.common import (CARTPOLE, PEERS, SOLVED_RETURN, XLA_ENV, _fmt, launch_cmd,
+                            run_command, stats, train_cmd)
+from benches.learning import hparams
+from benches.rejax import REJAX_SETUP, rejax_python
 
 THRESHOLD = SOLVED_RETURN[CARTPOLE]
 

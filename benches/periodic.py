@@ -12,7 +12,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from jaxrl_dist.bench.common import _fmt, run_command, stats, train_cmd
+from benches.common import _fmt, run_command, stats, train_cmd
 
 VARIANTS = {
     "shipped defaults (time-based)": [],

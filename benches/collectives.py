@@ -14,7 +14,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from jaxrl_dist.bench.common import XLA_ENV, _clean_env, _fmt, stats
+from benches.common import XLA_ENV, _clean_env, _fmt, stats
 
 
 ALLREDUCE_SCRIPT = textwrap.dedent("""

@@ -1,4 +1,4 @@
-"""``python -m jaxrl_dist.bench learning``: final returns of ours and of peer PPOs, many seeds.
+"""``python -m benches learning``: final returns of ours and of peer PPOs, many seeds.
 
 Every trainer runs the same task, hyperparameters and budget on N seeds, each in ONE program
 (seeds vmapped), in its own process and virtual environment: ours through
@@ -24,8 +24,8 @@ from typing import Any
 
 import numpy as np
 
-from jaxrl_dist.bench.common import PEERS, SOLVED_RETURN, XLA_ENV
-from jaxrl_dist.bench.rejax import REJAX_SETUP, rejax_python
+from benches.common import PEERS, ROOT, SOLVED_RETURN, VENVS, XLA_ENV
+from benches.rejax import REJAX_SETUP, rejax_python
 from jaxrl_dist.population import bootstrap_ci, iqm
 
 
@@ -52,13 +52,14 @@ TASKS = {
     # minatar_breakout.yaml reads the image with a CNN, which neither peer's PPO has
     "minatar_breakout_mlp": ("configs/minatar_breakout_mlp.yaml", 5.0, None),
 }
-PUREJAXRL_PYTHON = Path(".bench/purejaxrl/bin/python")
-PUREJAXRL_SRC = Path(".bench/purejaxrl_src")
+PUREJAXRL_PYTHON = VENVS / "purejaxrl" / "bin" / "python"
+PUREJAXRL_SRC = VENVS / "purejaxrl_src"
 PUREJAXRL_COMMIT = "31756b197773a52db763fdbe6d635e4b46522a73"
 PUREJAXRL_SETUP = (
-    "python3.11 -m venv .bench/purejaxrl && .bench/purejaxrl/bin/pip install jax==0.10.2 "
-    "jaxlib==0.10.2 flax==0.12.8 optax==0.2.8 distrax==0.1.9 tfp-nightly==0.26.0.dev20261027 "
-    "chex==0.1.92 gymnax==0.0.9 numpy==2.4.6 && git clone https://github.com/luchris429/purejaxrl "
+    f"cd {ROOT} && python3.11 -m venv .bench/purejaxrl && .bench/purejaxrl/bin/pip install "
+    "jax==0.10.2 jaxlib==0.10.2 flax==0.12.8 optax==0.2.8 distrax==0.1.9 "
+    "tfp-nightly==0.26.0.dev20261027 chex==0.1.92 gymnax==0.0.9 numpy==2.4.6 && "
+    "git clone https://github.com/luchris429/purejaxrl "
     f".bench/purejaxrl_repo && git -C .bench/purejaxrl_repo checkout {PUREJAXRL_COMMIT} && "
     "mkdir -p .bench/purejaxrl_src && cp .bench/purejaxrl_repo/purejaxrl/{ppo,"
     "ppo_continuous_action,wrappers}.py .bench/purejaxrl_src/")

@@ -1,4 +1,4 @@
-"""python -m jaxrl_dist.bench {throughput,scaling,solve,rejax,kernels,results,...} [options]
+"""python -m benches {throughput,scaling,solve,rejax,kernels,results,...} [options]
 
 Measures what docs/benchmarks.md reports, by running the real command lines as subprocesses:
 
@@ -10,18 +10,22 @@ Measures what docs/benchmarks.md reports, by running the real command lines as s
   rejax       rejax's PPO and ours alternately on the same task and hyperparameters; rejax
               runs in its own virtual environment (.bench/rejax, created on first use)
   kernels     XLA:CPU kernels per compiled program, ours and rejax's: a compile-cost measure
-              that does not drift with the VM (bench/kernels.py)
+              that does not drift with the VM (benches/kernels.py)
   results     learning results of the shipped configs (return reached, steps, wall, SPS)
   collectives latency of one cross-process all-reduce (gloo, 2 processes, pinned/unpinned)
-  learning    final returns of ours and rejax on N seeds each (bench/learning.py)
-  population  N seeds in one command vs rejax vmapped vs N sequential runs (bench/population.py)
-  periodic    what checkpoints and replica checks cost the loop at the defaults (bench/periodic.py)
+  learning    final returns of ours and rejax on N seeds each (benches/learning.py)
+  population  N seeds in one command vs rejax vmapped vs N sequential runs
+              (benches/population.py)
+  periodic    what checkpoints and replica checks cost the loop at the defaults
+              (benches/periodic.py)
+  brax        Brax's own PPO and ours alternately on the same Brax task and hyperparameters,
+              1 and 2 CPU devices (benches/brax.py)
   accel       ours and rejax on a real GPU/TPU: throughput at thousands of envs and a population
-              of hundreds of seeds in one program (bench/accel.py)
+              of hundreds of seeds in one program (benches/accel.py)
   atari       acting + stepping an ale: config (no learning) against ale-py's own vector env
-              with random actions, same envs and threads, alternated (bench/atari.py)
+              with random actions, same envs and threads, alternated (benches/atari.py)
   replay      a DQN checkpoint's size and save time with and without its replay buffer
-              (--config a dqn config; bench/replay.py)
+              (--config a dqn config; benches/replay.py)
 
 Every measurement is repeated (--repeats) and reported as min / median / max; results go to
 OUT/NAME.json and OUT/NAME.md. Nothing here is used by training.
@@ -36,9 +40,9 @@ import sys
 import time
 from pathlib import Path
 
-from jaxrl_dist.bench.common import CARTPOLE, SOLVED_RETURN, machine
+from benches.common import CARTPOLE, SOLVED_RETURN, machine
 
-# subcommand -> (module of jaxrl_dist.bench, its function), imported only when it runs
+# subcommand -> (module of benches, its function), imported only when it runs
 BENCHES = {
     "throughput": ("throughput", "bench_throughput"),
     "scaling": ("throughput", "bench_scaling"),
@@ -58,10 +62,10 @@ BENCHES = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from jaxrl_dist.bench.learning import TASKS as LEARNING_TASKS
-    from jaxrl_dist.bench.results import RESULT_TARGETS
+    from benches.learning import TASKS as LEARNING_TASKS
+    from benches.results import RESULT_TARGETS
 
-    parser = argparse.ArgumentParser(prog="python -m jaxrl_dist.bench", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m benches", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("what", choices=list(BENCHES))
     parser.add_argument("--config", default=CARTPOLE)
@@ -105,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
 
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     module, name = BENCHES[args.what]
-    fn = getattr(importlib.import_module(f"jaxrl_dist.bench.{module}"), name)
+    fn = getattr(importlib.import_module(f"benches.{module}"), name)
     rows, table = fn(args)
     args.out.mkdir(parents=True, exist_ok=True)
     record = {"what": args.what, "started": started, "machine": machine(),
@@ -118,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
             else f"one run per seed ({len(args.seeds)} seeds) per trainer and device count"
             if args.what == "brax" else f"{args.repeats} repeat(s)")
     header = (f"{args.what}: {m['cpu']}, {m['cores']} cores, Python {m['python']}, jax "
-              f"{m['jax']}; {runs}; `python -m jaxrl_dist.bench "
+              f"{m['jax']}; {runs}; `python -m benches "
               f"{' '.join(record['argv'])}` ({started})\n\n")
     (args.out / f"{args.what}.md").write_text(header + table + "\n")
     print(header + table)

@@ -1,4 +1,4 @@
-"""``python -m jaxrl_dist.bench replay --config configs/cartpole_dqn.yaml``: what keeping the
+"""``python -m benches replay --config configs/cartpole_dqn.yaml``: what keeping the
 replay buffer in checkpoints costs, in megabytes on disk and seconds per save.
 
 Runs the config's learner in THIS process on one device until the buffer is full (real data:
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from jaxrl_dist.bench.common import _fmt, stats
+from benches.common import _fmt, stats
 
 
 def _size_mb(path: Path) -> float:

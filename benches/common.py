@@ -36,8 +36,14 @@ SOLVED_RETURN = {
     "configs/minatar_spaceinvaders.yaml": 90.0,
 }
 
-# the peers' runners (rejax, PureJaxRL), each run with its own venv's interpreter
-PEERS = Path(__file__).resolve().parents[2] / "benches" / "peers"
+# the repository's checkout: benches/ lives beside the package, never inside it (a wheel has
+# neither benches/ nor the peers), and runs from the repository root (`python -m benches`)
+ROOT = Path(__file__).resolve().parent.parent
+# the peers' runners (rejax, PureJaxRL; DI-engine's scripts in peers/diengine), each run with
+# its own venv's interpreter
+PEERS = ROOT / "benches" / "peers"
+# the peers' own venvs and sources (git-ignored), in the checkout whatever the working directory
+VENVS = ROOT / ".bench"
 # the environment of a peer's process: CPU, and the jaxlib 0.10.2 hang workaround
 XLA_ENV = {"XLA_FLAGS": CPU_SCHEDULER_FLAG, "JAX_PLATFORMS": "cpu"}
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Recreate the DI-engine 0.5.3 CPU venv from scratch (niced; ~2-4 min, 1.8 GB). Usage: make_venv.sh [VENV]
 set -euo pipefail
-VENV=${1:-.bench/diengine}
-D=$(cd "$(dirname "$0")" && pwd)
+D=$(cd "$(dirname "$0")" && pwd)                  # benches/peers/diengine
+VENV=${1:-$(cd "$D/../../.." && pwd)/.bench/diengine}   # default: the checkout's .bench/diengine
+VENV=$(realpath -m "$VENV")                       # the last step runs from /tmp
 rm -rf "$VENV"
 nice -n 19 python3.11 -m venv "$VENV"
 nice -n 19 "$VENV/bin/pip" install torch==2.13.0          # resolves to 2.13.0+cpu from /opt/wheels here

@@ -13,15 +13,15 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from jaxrl_dist.bench.common import CARTPOLE, _fmt, run_command, stats, train_cmd
+from benches.common import CARTPOLE, PEERS, ROOT, VENVS, _fmt, run_command, stats, train_cmd
 from jaxrl_dist.protocol import CPU_SCHEDULER_FLAG
 
-REJAX_VENV = Path(".bench/rejax")
+REJAX_VENV = VENVS / "rejax"
 REJAX_PYTHON = REJAX_VENV / "bin" / "python"
 # rejax needs gymnax 0.0.9 (it breaks with gymnax 1.x), so it never shares our venv
 REJAX_PACKAGES = ("rejax==0.1.3", "gymnax==0.0.9")
-REJAX_SETUP = (f"python3.11 -m venv {REJAX_VENV} && {REJAX_PYTHON} -m pip install "
-               f"{' '.join(REJAX_PACKAGES)}")
+REJAX_SETUP = (f"cd {ROOT} && python3.11 -m venv .bench/rejax && .bench/rejax/bin/python -m pip "
+               f"install {' '.join(REJAX_PACKAGES)}")
 
 
 # rejax's PPO on the shipped CartPole hyperparameters, sys.argv[1] env steps (shared by the
@@ -99,8 +99,8 @@ def ensure_rejax() -> Path:
 
 
 def rejax_python(args, create: bool = False) -> Path:
-    """The interpreter that runs rejax: ``--rejax-python`` when given, else .bench/rejax's
-    (made first if ``create``)."""
+    """The interpreter that runs rejax: ``--rejax-python`` when given, else the checkout's
+    .bench/rejax's, whatever the working directory (made first if ``create``)."""
     if getattr(args, "rejax_python", None):
         return Path(args.rejax_python)
     return ensure_rejax() if create else REJAX_PYTHON
@@ -110,7 +110,6 @@ def bench_rejax(args) -> tuple[list[dict], str]:
     """PPO (configs/cartpole.yaml, --steps) or, with ``--config`` a DQN/PQN config, that
     algorithm against rejax's own CartPole config for it, at the config's budget."""
     from jaxrl_dist import config as config_lib
-    from jaxrl_dist.bench.common import PEERS
 
     python = rejax_python(args, create=True)
     algo = config_lib.load(args.config).algo if args.config != CARTPOLE else "ppo"

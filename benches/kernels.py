@@ -18,8 +18,8 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from jaxrl_dist.bench.common import run_command
-from jaxrl_dist.bench.rejax import REJAX_CARTPOLE, rejax_python
+from benches.common import run_command
+from benches.rejax import REJAX_CARTPOLE, rejax_python
 from jaxrl_dist.protocol import CPU_SCHEDULER_FLAG
 
 COUNT = textwrap.dedent("""

@@ -1,4 +1,4 @@
-"""``python -m jaxrl_dist.bench results``: what the shipped configs reach, one run per seed
+"""``python -m benches results``: what the shipped configs reach, one run per seed
 (first env steps at the config's threshold, best and final training return, wall, steady SPS).
 For final evaluations over many seeds side by side with peers, see ``bench learning``."""
 
@@ -9,7 +9,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from jaxrl_dist.bench.common import SOLVED_RETURN, run_command, train_cmd
+from benches.common import SOLVED_RETURN, run_command, train_cmd
 
 RESULT_TARGETS = {  # config -> (return threshold, steps budget) from each config's header
     config: (SOLVED_RETURN[config], budget) for config, budget in (

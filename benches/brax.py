@@ -22,7 +22,7 @@ import textwrap
 from pathlib import Path
 
 from jaxrl_dist import config as config_lib
-from jaxrl_dist.bench.common import _fmt, run_command, stats, train_cmd
+from benches.common import _fmt, run_command, stats, train_cmd
 from jaxrl_dist.protocol import CPU_SCHEDULER_FLAG
 
 BRAX_CONFIG = "configs/brax_inverted_pendulum.yaml"
