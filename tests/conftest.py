@@ -50,9 +50,95 @@ SMOKE = {
 }
 
 
+# The developer tier (`pytest -m "not slow"`, at most ~3 minutes on 2 cores) leaves out the
+# tests marked slow in their files and these, each over 3 s alone on the 2-core AMD EPYC VM
+# (measured 2026-11-26 with `pytest -n 0 --durations=0`; refresh the list the same way), and
+# tests/test_configs.py (every shipped config, ~80 s).
+SLOW = {
+    "tests/test_ale.py::test_a_replay_sample_at_a_reset_step_weighs_nothing_and_a_time_limit_bootstraps",
+    "tests/test_ale.py::test_one_and_two_devices_learn_the_same_parameters[dqn]",
+    "tests/test_ale.py::test_one_and_two_devices_learn_the_same_parameters[ppo]",
+    "tests/test_ale.py::test_pong_dqn_through_the_launcher_killed_and_restarted",
+    "tests/test_ale.py::test_sigterm_saves_the_learner_and_a_resumed_run_finishes",
+    "tests/test_ale.py::test_two_processes_learn_what_one_process_with_two_devices_learns",
+    "tests/test_bench_kernels.py::test_counts_the_kernels_of_each_of_our_programs",
+    "tests/test_compile_cache.py::test_run_once_programs_compile_cheaper_to_bitwise_the_same_results",
+    "tests/test_compile_cache.py::test_second_run_reads_every_program_from_the_cache",
+    "tests/test_env_suites.py::test_action_masks_are_never_violated",
+    "tests/test_env_suites.py::test_adapter_step_equals_library_step[brax]",
+    "tests/test_env_suites.py::test_adapter_step_equals_library_step[jumanji]",
+    "tests/test_env_suites.py::test_adapter_step_equals_library_step[xminigrid]",
+    "tests/test_env_suites.py::test_mjx_models_are_built_on_each_process_own_device[brax:inverted_pendulum]",
+    "tests/test_env_suites.py::test_mjx_models_are_built_on_each_process_own_device[playground:CartpoleBalance]",
+    "tests/test_env_suites.py::test_same_parameters_on_1_and_2_devices[brax]",
+    "tests/test_env_suites.py::test_short_run_learns_on_every_seed[brax_fast]",
+    "tests/test_env_suites.py::test_two_launcher_processes_equal_one_process_with_two_devices[brax]",
+    "tests/test_envs.py::test_lazy_reset_step_equals_gymnax_step[Asterix-MinAtar]",
+    "tests/test_faults.py::test_a_diverged_population_member_is_kept_and_the_others_finish",
+    "tests/test_faults.py::test_a_full_disk_is_one_line_keeps_the_last_checkpoint_and_resume_is_exact",
+    "tests/test_faults.py::test_a_full_disk_on_two_processes_stops_both_and_resume_completes",
+    "tests/test_faults.py::test_a_non_finite_update_is_skipped_by_every_learner[dqn]",
+    "tests/test_faults.py::test_a_non_finite_update_is_skipped_by_every_learner[ppo]",
+    "tests/test_faults.py::test_divergence_on_two_processes_is_reported_and_not_restarted",
+    "tests/test_faults.py::test_divergence_stops_the_run_naming_the_updates_and_the_checkpoint",
+    "tests/test_faults.py::test_matmul_precision_reaches_the_programs_and_the_summary",
+    "tests/test_faults.py::test_resume_before_the_first_checkpoint_starts_the_run",
+    "tests/test_launch.py::test_distributed_context_and_process_helpers[fail]",
+    "tests/test_launch.py::test_exception_shows_traceback_and_exit_code_1",
+    "tests/test_launch.py::test_kill_9_a_rank_tears_down_the_job[0]",
+    "tests/test_launch.py::test_kill_9_a_rank_tears_down_the_job[1]",
+    "tests/test_launch.py::test_nodes_that_disagree_on_the_job_size_fail_fast",
+    "tests/test_launch.py::test_stuck_worker_is_detected_and_its_stacks_dumped",
+    "tests/test_launch.py::test_two_launchers_as_two_nodes",
+    "tests/test_launch.py::test_two_processes_match_one_process_four_devices",
+    "tests/test_learning.py::test_each_seed_of_the_vmapped_program_equals_its_single_run",
+    "tests/test_learning.py::test_shipped_cartpole_config_ends_solved_on_every_seed",
+    "tests/test_lifecycle.py::test_checkpoints_hold_the_whole_run_state",
+    "tests/test_lifecycle.py::test_corrupt_checkpoint_is_a_clear_error",
+    "tests/test_lifecycle.py::test_crafted_pickle_and_yaml_tags_are_never_executed",
+    "tests/test_lifecycle.py::test_crash_during_save_falls_back_to_previous_checkpoint",
+    "tests/test_lifecycle.py::test_early_stop_at_target_return",
+    "tests/test_lifecycle.py::test_eval_metrics_identical_on_every_process",
+    "tests/test_lifecycle.py::test_exact_resume_after_kill_9",
+    "tests/test_lifecycle.py::test_max_restarts_recovers_from_an_injected_failure",
+    "tests/test_lifecycle.py::test_resume_on_another_topology",
+    "tests/test_lifecycle.py::test_resume_with_another_updates_per_call",
+    "tests/test_lifecycle.py::test_resume_without_a_checkpoint_starts_the_run_and_says_so",
+    "tests/test_lifecycle.py::test_sigterm_saves_at_an_agreed_update_and_resumes",
+    "tests/test_population.py::test_member_k_is_the_single_run_and_has_its_own_rate[1]",
+    "tests/test_population.py::test_member_k_is_the_single_run_and_has_its_own_rate[2]",
+    "tests/test_population.py::test_population_resumes_exactly_after_kill_9",
+    "tests/test_population.py::test_population_through_the_launcher_equals_one_process",
+    "tests/test_qlearning.py::test_checkpoint_holds_the_buffer_and_resumes_exactly",
+    "tests/test_qlearning.py::test_nstep_samples_match_the_definition[True]",
+    "tests/test_qlearning.py::test_population_member_is_its_single_run",
+    "tests/test_qlearning.py::test_same_parameters_on_1_2_4_devices[dqn]",
+    "tests/test_qlearning.py::test_same_parameters_on_1_2_4_devices[pqn]",
+    "tests/test_qlearning.py::test_sigterm_saves_the_buffer_and_the_resumed_run_ends_as_uninterrupted",
+    "tests/test_qlearning.py::test_two_processes_killed_restarted_equal_one_process",
+    "tests/test_recipes.py::test_auto_discovery_under_slurm_variables",
+    "tests/test_recipes.py::test_two_hosts_recipe_runs_on_localhost",
+    "tests/test_seams.py::test_checkpoint_from_before_the_learner_shape_resumes_exactly",
+    "tests/test_seams.py::test_learn_without_collecting_is_the_fused_update",
+    "tests/test_seams.py::test_run_dir_alone_rebuilds_the_policy[CartPole-v1]",
+    "tests/test_seams.py::test_toy_learner_through_the_launcher",
+    "tests/test_seams.py::test_toy_population_member_is_its_single_run",
+    "tests/test_stabilisers.py::test_kl_early_stop_skips_the_rest_of_the_update",
+    "tests/test_stabilisers.py::test_stabilisers_are_topology_invariant_and_scheduled",
+    "tests/test_train.py::test_row_sps_is_training_speed_with_slow_evaluations_and_checkpoints",
+    "tests/test_update.py::test_element_clipping_clips_each_gradient_element_and_is_topology_invariant",
+    "tests/test_update.py::test_observation_normalisation_is_global",
+    "tests/test_update.py::test_same_parameters_on_1_2_4_devices",
+    "tests/test_update.py::test_sharded_update_equals_full_batch_update[sgd-1]",
+}
+SLOW_FILES = ("tests/test_configs.py",)
+
+
 def pytest_collection_modifyitems(config, items):
     found = set()
     for item in items:
+        if item.nodeid in SLOW or item.nodeid.startswith(SLOW_FILES):
+            item.add_marker(pytest.mark.slow)
         for name in SMOKE:
             if item.nodeid == name or item.nodeid.startswith(name + "::"):
                 item.add_marker(pytest.mark.smoke)
