@@ -276,7 +276,7 @@ def _make_reporter(*, run_dir: Path, sizes: sizes_lib.Sizes, progress: bool, res
 def _start(run: Run, *, restored: bool, note: str | None, compile_start: float) -> None:
     """Record the start-up times; a new run saves its first checkpoint (a restart always has
     one to resume from); the reporter starts and says what runs."""
-    run.timing.update(start_up=compile_start - run.start, compile_and_init=run.compile_time)
+    run.timing["start_up"] = compile_start - run.start
     if note:
         run.reporter.message(note)
     begin = time.perf_counter()
@@ -318,7 +318,7 @@ def loop(run: Run) -> None:
     def flush() -> None:
         while pending:
             metrics, updates, n = pending.pop(0)
-            _log(run, writer, metrics, updates, lambda: speed.rate(n * sizes.batch_size),
+            _log(run, writer, speed, metrics, updates, n * sizes.batch_size,
                  eval_row.pop(updates, None))
         distributed.heartbeat()
 
@@ -334,7 +334,6 @@ def loop(run: Run) -> None:
         run.status = "diverged"
     jax.block_until_ready(run.state)
     run.loop_time = time.perf_counter() - loop_start
-    run.timing["loop"] = run.loop_time
     begin = time.perf_counter()
     run.hooks = hooks.describe()
     if run.status not in ("preempted", "diverged") and \
@@ -466,8 +465,8 @@ def _should_stop(run: Run, call_index: int, saved: bool) -> bool:
     return False
 
 
-def _log(run: Run, writer: reporting.Background, metrics: Any, updates: int, rate,
-         result: dict | None) -> None:
+def _log(run: Run, writer: reporting.Background, speed: _Speed, metrics: Any, updates: int,
+         steps: int, result: dict | None) -> None:
     """One row per member: metrics of one call (and an evaluation made right after it). The
     divergence watch reads them here (the loop's stop decision); the rows are built and
     written on ``writer``'s thread."""
@@ -475,7 +474,7 @@ def _log(run: Run, writer: reporting.Background, metrics: Any, updates: int, rat
     host = run.layout.to_host(metrics)
     begin = run.timed("loop_wait_metrics", begin)   # the device's call still running
     head = {"env_steps": updates * run.sizes.batch_size, "updates": updates,
-            "sps": rate() * (run.layout.members or 1),
+            "sps": speed.rate(steps) * (run.layout.members or 1),
             "time_s": time.perf_counter() - run.start}
     run.watch.observe(host, updates)
     run.timed("loop_watch", begin)
@@ -493,6 +492,7 @@ def _write(run: Run, head: dict, host: dict, result: dict | None) -> None:
     run.reporter.advance(head["env_steps"], reporting.postfix(rows))
     run.timed("host_logging", begin)   # on the writer's thread, beside the loop
 
+
 # ---------------------------------------------------------------------------------- SUMMARY
 
 def summarize(run: Run) -> dict[str, Any]:
@@ -500,7 +500,8 @@ def summarize(run: Run) -> dict[str, Any]:
     stats = integrity.member_stats(run.state.train.params, run.layout)
     summary = summary_lib.build(run, stats)
     run.timed("summary", begin)
-    summary["time_s"] = {k: round(v, 3) for k, v in run.timing.items()}
+    summary["time_s"] = {k: round(v, 3) for k, v in {
+        **run.timing, "compile_and_init": run.compile_time, "loop": run.loop_time}.items()}
     skipped = int(run.watch.total.sum())
     if skipped and run.status != "diverged":
         members = sorted(run.watch.diverged)

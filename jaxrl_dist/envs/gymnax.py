@@ -7,12 +7,10 @@ through ``reset_env``, which is exactly its own ``step`` with the auto-reset mad
 
 from __future__ import annotations
 
-import dataclasses
-
 import importlib
 import sys
 import types
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import jax
@@ -146,7 +144,7 @@ def make(name: str, params: Any = None, episode_length: int | None = None,
         params = params.replace(max_steps_in_episode=int(episode_length))
     spec = spec_from_gymnax(env, params, name)
     if name in UNCHECKED:
-        spec = dataclasses.replace(spec, check_vma=False)   # see EnvSpec.check_vma
+        spec = replace(spec, check_vma=False)   # see EnvSpec.check_vma
     return spec
 
 
