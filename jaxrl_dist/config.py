@@ -240,6 +240,14 @@ def known_solved_return(env: Any, episode_length: Any = None) -> float | None:
     the environment's own time limit (another one changes what a return means)."""
     if episode_length is not None or not isinstance(env, str):
         return None
+    suite, _, name = env.partition(":")
+    if suite == "gymnasium":   # the same task as gymnax's where both have it, else Gymnasium's
+        if name in KNOWN_SOLVED_RETURNS:   # registered reward_threshold (MuJoCo's v5 tasks)
+            return KNOWN_SOLVED_RETURNS[name]
+        import gymnasium
+        spec = gymnasium.registry.get(name)
+        threshold = getattr(spec, "reward_threshold", None)
+        return None if threshold is None else float(threshold)
     return KNOWN_SOLVED_RETURNS.get(env)
 
 

@@ -96,6 +96,10 @@ class Learner(NamedTuple):
     restored: Callable[[RunState], RunState] = lambda state: state
     #   a restored state -> the state to train from (the learner's ``new_actors`` when the
     #   actors were rebuilt rather than restored)
+    learn_next: Any = None            # jit: (train, data, Trajectory) -> (train, data,
+                                      #   metrics): one update of the fused loop from given
+                                      #   transitions (its key split as the update splits it),
+                                      #   donating train and data: what host actors feed
 
 
 class RunSettings(NamedTuple):
@@ -129,9 +133,16 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
     E, T = sizes.local_envs, agent.steps_per_env
     specs = RunState(layout.train, layout.envs, layout.envs)
     env_inputs, input_specs = EnvInputs(), EnvInputs()
-    if spec.pool is not None:
+    if spec.autoreset == "next_step":
         agent, env_inputs = _open_pools(agent, spec, layout, E, settings.eval_episodes)
         input_specs = EnvInputs(layout.envs, layout.envs)
+    host = spec.autoreset == "same_step"
+    if host:   # stepped by the host actors (jaxrl_dist.actors); state outside the run state
+        if layout.members:
+            from jaxrl_dist.envs import EnvError
+            raise EnvError(f"{spec.name}: populations do not run host environments yet; "
+                           f"train each seed as its own run")
+        agent = agent._replace(checkpointed=agent.checkpointed._replace(actors=False))
 
     def params_of(seed_key):
         return agent.init_params(jax.random.split(seed_key, 3)[0])
@@ -139,7 +150,8 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
     def init_local(seed_key, swept, params, handles):
         _, key_envs, key_train = jax.random.split(seed_key, 3)
         env_ids = rollout.local_env_ids(E, axis)
-        actors = rollout.reset_actors(spec, agent, rollout.env_keys(key_envs, env_ids), handles)
+        actors = () if host else rollout.reset_actors(
+            spec, agent, rollout.env_keys(key_envs, env_ids), handles)
         train, data = agent.init(key_train, params, swept)
         return RunState(train, actors, data)
 
@@ -153,6 +165,10 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         check_metrics(agent, metrics)
         learned, metrics = keep_finite(train, learned, metrics)
         return learned, data, metrics
+
+    def learn_next_local(train, data, trajectory):
+        key, _, key_learn = jax.random.split(train.key, 3)   # as one_update splits it
+        return learn_local(train._replace(key=key), data, trajectory, key_learn)
 
     def one_update(state: RunState, _):
         key, key_act, key_learn = jax.random.split(state.train.key, 3)
@@ -206,6 +222,8 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
                          (layout.train, layout.envs, layout.train)))
     collect = jax.jit(smap(collect_body, (layout.train, layout.envs, layout.train),
                            (layout.envs, trajectory_specs)))
+    learn_next = jax.jit(smap(learn_next_local, (layout.train, layout.envs, trajectory_specs),
+                              (layout.train, layout.envs, layout.train)), donate_argnums=(0, 1))
 
     def abstract_state() -> RunState:
         """What init() returns, as ShapeDtypeStructs with shardings: lets the update program
@@ -220,8 +238,9 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
 
         return RunState(*map(like, shapes, specs))
 
-    evaluate = make_eval_program(agent, spec, layout, settings.eval_episodes,
-                                 settings.eval_deterministic, input_specs.eval)
+    evaluate = None if host else make_eval_program(   # host actors evaluate on the host
+        agent, spec, layout, settings.eval_episodes, settings.eval_deterministic,
+        input_specs.eval)
 
     def restored(state: RunState) -> RunState:
         return state
@@ -234,7 +253,8 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         def restored(state: RunState) -> RunState:   # noqa: F811
             return state._replace(data=cut(state.data))
     return Learner(init, update, learn, collect, evaluate, abstract_state, layout, init_program,
-                   agent, specs, {**agent.metrics, SKIPPED: "sum"}, env_inputs, restored)
+                   agent, specs, {**agent.metrics, SKIPPED: "sum"}, env_inputs, restored,
+                   learn_next)
 
 
 def _open_pools(agent: Agent, spec: EnvSpec, layout: Layout, local_envs: int,

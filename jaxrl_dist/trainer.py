@@ -20,6 +20,7 @@ from typing import Any, NamedTuple, Sequence
 import jax
 import numpy as np
 
+from jaxrl_dist import actors as actors_lib
 from jaxrl_dist import compile_cache, distributed, faults, integrity, population, reporting
 from jaxrl_dist import rundir
 from jaxrl_dist import policy as policy_lib
@@ -71,7 +72,11 @@ def train(
                         start=start)
             run.cache = {"dir": str(cache_dir) if cache_dir else None,
                          **{k: v - before[k] for k, v in compile_cache.counts().items()}}
-            loop(run)
+            try:
+                loop(run)
+            finally:
+                if run.host_actors is not None:
+                    run.host_actors.close()
         summary = summarize(run)
         if run.status == "diverged":
             raise faults.TrainingDiverged(faults.diverged_message(
@@ -103,9 +108,12 @@ def setup(*, config: Config, run_dir: str | Path | None, resume: bool, env: Any,
     opened = _open_run_dir(config=config, run_dir=run_dir, resume=resume, learner=parts.learner)
     seed_keys, swept = _seed_keys(config=config, layout=parts.layout, members=parts.members)
     compile_start = time.perf_counter()
-    ready = _compile_and_init(config=config, learner=parts.learner, layout=parts.layout,
-                              sizes=parts.sizes, seed_keys=seed_keys, swept=swept,
-                              checkpointer=opened.checkpointer, restore=opened.restore)
+    compile_and_init = (_compile_and_init_host if parts.spec.host is not None
+                        else _compile_and_init)
+    ready = compile_and_init(config=config, learner=parts.learner, layout=parts.layout,
+                             sizes=parts.sizes, seed_keys=seed_keys, swept=swept,
+                             checkpointer=opened.checkpointer, restore=opened.restore,
+                             spec=parts.spec)
     reporter = _make_reporter(run_dir=opened.path, sizes=parts.sizes, progress=progress,
                               resume=resume, updates_done=ready.updates_done)
     run = Run(config=config, sizes=parts.sizes, layout=parts.layout, learner=parts.learner,
@@ -118,7 +126,7 @@ def setup(*, config: Config, run_dir: str | Path | None, resume: bool, env: Any,
                                               config_lib.to_dict(config)[config.algo],
                                               parts.spec),
               compile_programs={k: round(v, 3) for k, v in ready.seconds.items()},
-              device_kind=parts.device_kind,
+              device_kind=parts.device_kind, host_actors=ready.host_actors,
               watch=faults.DivergenceWatch(config.max_nonfinite_skips, parts.layout.members,
                                            programs.SKIPPED, tuple(EPISODE_METRICS),
                                            say=reporter.message))
@@ -199,6 +207,7 @@ class _Ready(NamedTuple):
     compiled: dict[int, Any]        # updates per call -> compiled update program
     evaluate: Any                   # compiled evaluation program
     seconds: dict[str, float]       # per program: trace + lower, then XLA compile
+    host_actors: Any = None         # actors.HostActors for host environments
 
 
 def _lower_update(learner: programs.Learner, abstract: Any, n: int) -> Any:
@@ -210,7 +219,7 @@ def _lower_update(learner: programs.Learner, abstract: Any, n: int) -> Any:
 
 def _compile_and_init(*, config: Config, learner: programs.Learner, layout: sharding.Layout,
                       sizes: sizes_lib.Sizes, seed_keys: Any, swept: Any,
-                      checkpointer: Checkpointer, restore: bool) -> _Ready:
+                      checkpointer: Checkpointer, restore: bool, spec: EnvSpec) -> _Ready:
     """Trace the programs, then compile them on a worker thread (XLA releases the GIL) while
     this thread compiles and runs init and restores a checkpoint. The eval program compiles
     on the worker too; it and init, which run once, compile at a cheaper level."""
@@ -248,6 +257,33 @@ def _compile_and_init(*, config: Config, learner: programs.Learner, layout: shar
         compiled[n] = _lower_update(learner, abstract, n).compile()
     jax.block_until_ready(state)
     return _Ready(state, updates_done, compiled, evaluate, seconds)
+
+
+def _compile_and_init_host(*, config: Config, learner: programs.Learner,
+                           layout: sharding.Layout, sizes: sizes_lib.Sizes, seed_keys: Any,
+                           swept: Any, checkpointer: Checkpointer, restore: bool,
+                           spec: EnvSpec) -> _Ready:
+    """For host environments: init (or restore) the state, open this process's environments
+    (seeded from the update it starts at) and compile ``learn_next``, which every call of
+    the host actors runs once per update."""
+    once = compile_cache.run_once_options(layout.mesh.devices.flat)
+    seconds: dict[str, float] = {}
+    begin = time.perf_counter()
+    state = learner.init_program.lower(seed_keys, swept, ()).compile(once)(seed_keys, swept, ())
+    updates_done = 0
+    if restore:
+        state, updates_done = _restore(config=config, learner=learner,
+                                       checkpointer=checkpointer, state=state)
+    host = actors_lib.HostActors(learner, spec, sizes, config.eval_episodes,
+                                 config.eval_deterministic, seed_keys, updates_done)
+    abstract = learner.abstract_state()
+    begin = time.perf_counter()
+    host.learn = learner.learn_next.lower(abstract.train, abstract.data,
+                                          host.abstract_trajectory()).compile()
+    seconds["update"] = time.perf_counter() - begin
+    compiled = {n: host.updates(n) for n in set(sizes_lib.calls(sizes, updates_done))}
+    jax.block_until_ready(state)
+    return _Ready(state, updates_done, compiled, host.evaluate, seconds, host)
 
 
 def _restore(*, config: Config, learner: programs.Learner, checkpointer: Checkpointer,

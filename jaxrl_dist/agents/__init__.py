@@ -23,21 +23,18 @@ declares its record), so :mod:`jaxrl_dist.config` can read it without a cycle.
 
 from __future__ import annotations
 
-import importlib
-import os
-
+from jaxrl_dist import plugins
 from jaxrl_dist.agents.algorithm import Algorithm
 from jaxrl_dist.agents.dqn.config import ALGORITHM as _DQN
 from jaxrl_dist.agents.ppo.config import ALGORITHM as _PPO
 from jaxrl_dist.agents.pqn.config import ALGORITHM as _PQN
 from jaxrl_dist.errors import ConfigError
+from jaxrl_dist.plugins import PLUGINS_VAR
 
 __all__ = ["Algorithm", "algorithms", "get", "register", "PLUGINS_VAR"]
 
-PLUGINS_VAR = "JAXRL_DIST_PLUGINS"
 
 _REGISTRY: dict[str, Algorithm] = {a.name: a for a in (_PPO, _DQN, _PQN)}
-_loaded = [False]
 
 
 def register(algorithm: Algorithm) -> Algorithm:
@@ -46,20 +43,9 @@ def register(algorithm: Algorithm) -> Algorithm:
     return algorithm
 
 
-def _load_plugins() -> None:
-    for name in filter(None, (s.strip() for s in os.environ.get(PLUGINS_VAR, "").split(","))):
-        try:
-            importlib.import_module(name)
-        except ImportError as e:
-            raise ConfigError(f"{PLUGINS_VAR} names module '{name}', which does not import "
-                              f"({e}); fix the name or PYTHONPATH") from None
-
-
 def algorithms() -> dict[str, Algorithm]:
     """Every registered algorithm (built-in ones and ``JAXRL_DIST_PLUGINS``'), by name."""
-    if not _loaded[0]:
-        _loaded[0] = True
-        _load_plugins()
+    plugins.load()
     return dict(_REGISTRY)
 
 

@@ -80,9 +80,30 @@ class EnvSpec:
     # A batch of environments outside JAX stepped through XLA calls (``envs.pool``), in place
     # of ``adapter``: ale-py's Atari pools.
     pool: Any = None
+    # Environments outside JAX that each process steps on its CPUs (``envs.host``): a function
+    # (num_envs) -> HostEnvs opening this process's share, in place of ``adapter``; the
+    # trainer's host actors step them and feed the learner's ``learn``.
+    host: Any = None
     # The observations' dtype as the environment gives them: "uint8" frames stay uint8 in
     # rollouts and buffers (4x less memory) and networks scale them to [0, 1] themselves.
     obs_dtype: str = "float32"
+
+    @property
+    def autoreset(self) -> str:
+        """How finished episodes restart, as the environment kind declares it:
+        ``"lazy"`` (a JAX adapter, reset inside the step, final observation kept apart),
+        ``"next_step"`` (a pool: the step AFTER an end is the reset, not experience; the
+        final observation is that end's own) or ``"same_step"`` (host environments: reset in
+        the step, the final observation reported beside)."""
+        if self.pool is not None:
+            return "next_step"
+        return "same_step" if self.host is not None else "lazy"
+
+    @property
+    def resets_late(self) -> bool:
+        """Final observations are in the next row (a pool's late reset): learners then store
+        no separate final observation and drop the reset steps."""
+        return self.autoreset == "next_step"
 
     def describe(self) -> dict[str, Any]:
         """The spaces as plain JSON data (what a checkpoint records for rebuilding a policy

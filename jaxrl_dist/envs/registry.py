@@ -23,6 +23,7 @@ SUITES: dict[str, tuple[str, str, str]] = {
     "xminigrid": ("jaxrl_dist.envs.xminigrid", "xminigrid", "xminigrid"),
     "craftax": ("jaxrl_dist.envs.craftax", "craftax", "craftax"),
     "ale": ("jaxrl_dist.envs.ale", "ale_py", "ale"),
+    "gymnasium": ("jaxrl_dist.envs.gymnasium", "gymnasium", "gymnasium"),
 }
 
 
@@ -66,6 +67,9 @@ def make_env(env: Any, env_params: Any = None, *, episode_length: int | None = N
     """
     kwargs = dict(env_kwargs or {})
     if not isinstance(env, str):
+        from jaxrl_dist.envs import gymnasium
+        if gymnasium.is_gymnasium_object(env):
+            return gymnasium.from_object(env, episode_length, **kwargs)
         from jaxrl_dist.envs import gymnax
         return gymnax.from_object(env, env_params)
     suite, name = parse(env)
@@ -78,7 +82,7 @@ def make_env(env: Any, env_params: Any = None, *, episode_length: int | None = N
             spec = module.make(name, episode_length=episode_length, **kwargs)
     except TypeError as e:   # a constructor argument the library does not take
         raise EnvError(f"{env}: bad env_kwargs {sorted(kwargs)}: {e}") from None
-    if spec.pool is not None:   # XLA calls on a handle: fine under shard_map's checks
+    if spec.autoreset != "lazy":   # XLA calls on a handle, or no JAX environment at all
         return spec
     return dataclasses.replace(spec, check_vma=False)   # see EnvSpec.check_vma
 

@@ -62,7 +62,7 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
     per_shard_batch = d.batch_size // d.buffer_shards
     obs_dtype = jnp.uint8 if d.obs_storage == "uint8" else jnp.float32
     per_update = sizes.batch_size            # global env steps per update
-    pool = spec.pool is not None             # final observations are in the next row
+    pool = spec.resets_late             # final observations are in the next row
 
     def hp_of(train):
         return hyperparameters(d, HPARAMS, train.hparams)

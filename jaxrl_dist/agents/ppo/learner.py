@@ -51,4 +51,4 @@ def make_agent(p: PPOConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         policy=policy, policy_params=policy_params, metrics=METRICS,
         # a pool's final observations are the next step's (envs.pool): not stored twice
         steps_per_env=p.num_steps,
-        keep_final_obs=p.bootstrap_truncation and spec.pool is None)
+        keep_final_obs=p.bootstrap_truncation and not spec.resets_late)

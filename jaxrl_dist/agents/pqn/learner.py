@@ -129,4 +129,4 @@ def make_agent(p: PQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
     return Agent(
         **qnet.agent_parts(net, spec), init=init, acting=acting, learn=learn, metrics=METRICS,
         steps_per_env=p.num_steps,
-        keep_final_obs=p.bootstrap_truncation and spec.pool is None)   # see learn
+        keep_final_obs=p.bootstrap_truncation and not spec.resets_late)   # see learn

@@ -1,0 +1,270 @@
+"""Host actors: environments outside JAX (:mod:`jaxrl_dist.envs.host`) stepped by every process
+on its own CPUs, learning on the global mesh.
+
+Each process opens the environments of its own devices (global indices ``[start, stop)``: the
+mesh orders devices by process, so they are contiguous) and steps them with the learner's
+``act`` jitted on a local device. After ``T`` steps the process's rows become global arrays with
+``jax.make_array_from_process_local_data`` (``jax.device_put`` onto a multi-process sharding
+would assert that every process holds the same data, which rollouts do not) and feed the
+learner's ``learn_next``: the same ``learn`` program the on-device rollout feeds, its gradient
+the mean over every device of every process.
+
+Reproducible by construction, as the on-device rollout is: environment ``e`` is seeded once from
+(seed, global index ``e``), its action noise comes from (update key, ``e``) in the same draws
+``rollout.collect`` makes, the batch is in global environment order and every step acts with
+the parameters of the update before (no policy lag). A deterministic environment therefore
+gives the same parameters on 1 or 2 devices and on 1 or 2 processes. Environment state lives
+outside JAX: a resumed run re-seeds every environment from (seed, update) and starts fresh
+episodes (the start line says "actors" were started afresh).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from jaxrl_dist import distributed, rollout
+from jaxrl_dist.envs import EnvSpec, to_env_action
+from jaxrl_dist.envs.host import HostEnvs
+from jaxrl_dist.envs.pool import seeds_of
+from jaxrl_dist.evaluate import EVAL_STREAM
+from jaxrl_dist.programs import Learner
+from jaxrl_dist.running_stats import moments_from_sums
+from jaxrl_dist.sizes import Sizes
+from jaxrl_dist.types import RunState, Trajectory, Transition
+
+# The seed's three streams (programs.build): parameters, environments, training.
+ENV_STREAM = 1
+
+
+def process_rows(sharding: jax.sharding.Sharding, total: int) -> tuple[int, int]:
+    """The global indices ``[start, stop)`` this process's devices hold of ``total`` rows."""
+    spans = sorted(index[0].indices(total)[:2]
+                   for index in sharding.addressable_devices_indices_map((total,)).values())
+    for (_, stop), (start, _) in zip(spans, spans[1:]):
+        if stop != start:
+            raise RuntimeError(f"this process's environments are not contiguous: {spans}")
+    return spans[0][0], spans[-1][1]
+
+
+class HostActors:
+    """This process's environments, acting and evaluation for a learner on host environments.
+
+    ``updates(n)`` is what the trainer calls in place of a compiled update program:
+    ``(RunState) -> (RunState, metrics {name: [n]})``; ``evaluate`` has the evaluation
+    program's signature."""
+
+    def __init__(self, learner: Learner, spec: EnvSpec, sizes: Sizes, eval_episodes: int,
+                 deterministic: bool, seed_key: Any, updates_done: int):
+        self.learner, self.spec, self.agent = learner, spec, learner.agent
+        layout = learner.layout
+        sharding = layout.sharding(layout.envs)
+        self.num_envs = sizes.local_envs * layout.data_size
+        self.start, self.stop = process_rows(sharding, self.num_envs)
+        self.eval_start, self.eval_stop = process_rows(sharding, eval_episodes)
+        self.T = self.agent.steps_per_env
+        self.device = next(d for d in layout.mesh.devices.flat
+                           if d.process_index == jax.process_index())
+        self.deterministic = deterministic
+        self.seed_key = np.asarray(seed_key)
+        self.steps_sharding = layout.sharding(jax.sharding.PartitionSpec(None, *layout.envs))
+        self.obs_sharding = sharding
+        self._compile_local()
+        self.learn = learner.learn_next   # the trainer puts its ahead-of-time compile here
+        self.envs: HostEnvs | None = None
+        self.eval_envs: HostEnvs | None = None
+        self.envs = spec.host(self.stop - self.start)
+        self.eval_envs = spec.host(self.eval_stop - self.eval_start)
+        env_key = jax.random.fold_in(jax.random.split(self.seed_key, 3)[ENV_STREAM],
+                                     updates_done)
+        self.obs = self.envs.reset(self._seeds(env_key, self.start, self.stop))
+        n = self.stop - self.start
+        self.episode_return = np.zeros(n, np.float32)
+        self.episode_length = np.zeros(n, np.int32)
+        self.env_ids = self._put(np.arange(self.start, self.stop, dtype=np.int32))
+        self.carry = self._initial_carry(self.env_ids)
+
+    # ------------------------------------------------------------------ local programs
+
+    def _put(self, x: Any) -> Any:
+        return jax.device_put(x, self.device)
+
+    def _seeds(self, key: Any, start: int, stop: int) -> list[int]:
+        ids = np.arange(start, stop, dtype=np.int32)
+        return np.asarray(self._seed_fn(self._put(np.asarray(key)), self._put(ids))).tolist()
+
+    def _compile_local(self) -> None:
+        agent, spec, T = self.agent, self.spec, self.T
+
+        def noise(train_key, env_ids):   # as rollout.collect draws it, key split as the update
+            _, key_act, _ = jax.random.split(train_key, 3)
+            k_noise, _ = jnp.moveaxis(
+                jax.vmap(jax.random.split)(rollout.env_keys(key_act, env_ids)), 1, 0)
+            return jax.tree.map(lambda x: x.swapaxes(0, 1),
+                                jax.vmap(lambda k: agent.noise(k, T))(k_noise))
+
+        def act(acting, carry, obs, noise_all, t):
+            noise_t = jax.tree.map(lambda x: x[t], noise_all)
+            action, carry, extras = agent.act(acting, carry, obs, None, noise_t)
+            return action, carry, extras, to_env_action(spec, agent.env_action(action))
+
+        def reset_carry(carry, initial, done):
+            return jax.tree.map(lambda c0, c: jax.vmap(jnp.where)(done, c0, c), initial, carry)
+
+        def eval_act(policy_params, acting, carry, obs, key, t, env_ids):
+            if self.deterministic:
+                return agent.policy(policy_params, obs, None), carry
+            keys = rollout.env_keys(jax.random.fold_in(key, t), env_ids)
+            noise_t = jax.vmap(lambda k: jax.tree.map(
+                lambda x: x[0], agent.noise(jax.random.fold_in(k, 1), 1)))(keys)
+            action, carry, _ = agent.act(acting, carry, obs, None, noise_t)
+            return to_env_action(spec, agent.env_action(action)), carry
+
+        self._noise = jax.jit(noise)
+        self._act = jax.jit(act)
+        self._reset_carry = jax.jit(reset_carry)
+        self._eval_act = jax.jit(eval_act)
+        self._acting = jax.jit(lambda train: (agent.acting(train), agent.policy_params(train)))
+        self._initial_carry = jax.jit(lambda ids: rollout.initial_carries(agent, ids))
+        self._seed_fn = jax.jit(lambda key, ids: seeds_of(rollout.env_keys(key, ids)))
+        self._stack = jax.jit(lambda ms: jax.tree.map(lambda *x: jnp.stack(x), *ms))
+
+    def _local(self, train: Any) -> Any:
+        """This process's copy of the replicated train state, on its acting device."""
+        return jax.device_put(jax.tree.map(lambda x: x.addressable_data(0), train), self.device)
+
+    # ------------------------------------------------------------------ training
+
+    def collect(self, train: Any) -> Trajectory:
+        """``T`` steps of this process's environments with ``train``'s policy, as a global
+        trajectory [T, E] (every process calls it: the arrays span the mesh)."""
+        local = self._local(train)
+        acting, _ = self._acting(local)
+        noise = self._noise(local.key, self.env_ids)
+        has_carry = bool(jax.tree.leaves(self.carry))
+        initial = self._initial_carry(self.env_ids) if has_carry else None
+        keep_final = self.agent.keep_final_obs
+        rows: dict[str, list] = {k: [] for k in (
+            "obs", "action", "reward", "terminated", "truncated", "finished_return",
+            "finished_length", "extras", "final_obs")}
+        for t in range(self.T):
+            action, self.carry, extras, env_action = self._act(
+                acting, self.carry, self._put(self.obs), noise, np.int32(t))
+            action, extras, env_action = jax.device_get((action, extras, env_action))
+            out = self.envs.step(env_action)
+            done = out.terminated | out.truncated
+            self.episode_return += out.reward
+            self.episode_length += 1
+            rows["obs"].append(self.obs)
+            rows["action"].append(action)
+            rows["extras"].append(extras)
+            rows["reward"].append(out.reward)
+            rows["terminated"].append(out.terminated)
+            rows["truncated"].append(out.truncated)
+            rows["finished_return"].append(np.where(done, self.episode_return, 0.0)
+                                           .astype(np.float32))
+            rows["finished_length"].append(np.where(done, self.episode_length, 0)
+                                           .astype(np.int32))
+            if keep_final:
+                rows["final_obs"].append(out.final_obs)
+            self.episode_return[done] = 0.0
+            self.episode_length[done] = 0
+            if has_carry and done.any():   # a new episode starts from a fresh carry
+                self.carry = self._reset_carry(self.carry, initial, self._put(done))
+            self.obs = out.obs
+        stack = lambda xs: jax.tree.map(lambda *x: np.stack(x), *xs)  # noqa: E731
+        steps = Transition(
+            obs=np.stack(rows["obs"]), action=np.stack(rows["action"]),
+            reward=np.stack(rows["reward"]), terminated=np.stack(rows["terminated"]),
+            truncated=np.stack(rows["truncated"]),
+            finished_return=np.stack(rows["finished_return"]),
+            finished_length=np.stack(rows["finished_length"]), extras=stack(rows["extras"]),
+            final_obs=np.stack(rows["final_obs"]) if keep_final else None)
+        return Trajectory(self._global(steps, self.steps_sharding, axis=1),
+                          self._global(self.obs, self.obs_sharding, axis=0))
+
+    def _global(self, tree: Any, sharding: Any, axis: int) -> Any:
+        def one(x):
+            shape = list(x.shape)
+            shape[axis] = self.num_envs
+            return jax.make_array_from_process_local_data(sharding, np.ascontiguousarray(x),
+                                                          tuple(shape))
+        return jax.tree.map(one, tree)
+
+    def updates(self, n: int) -> Callable[[RunState], tuple[RunState, dict]]:
+        """``n`` updates: collect on this process's environments, learn on the mesh."""
+        def run(state: RunState) -> tuple[RunState, dict]:
+            metrics = []
+            for _ in range(n):
+                trajectory = self.collect(state.train)
+                train, data, m = self.learn(state.train, state.data, trajectory)
+                state = state._replace(train=train, data=data)
+                metrics.append(m)
+            return state, self._stack(metrics)
+        return run
+
+    def abstract_trajectory(self) -> Trajectory:
+        """The global trajectory's shapes and shardings (to compile ``learn_next`` ahead)."""
+        spec, E, T = self.spec, self.num_envs, self.T
+        obs = jax.ShapeDtypeStruct((E, *spec.obs_shape), np.dtype(spec.obs_dtype))
+        abstract_train = self.learner.abstract_state().train
+        local = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), abstract_train)
+        noise = jax.eval_shape(self._noise, local.key,
+                               jax.ShapeDtypeStruct((E,), np.int32))
+        carry = jax.eval_shape(self._initial_carry, jax.ShapeDtypeStruct((E,), np.int32))
+        acting = jax.eval_shape(lambda tr: self.agent.acting(tr), local)
+        action, _, extras, _ = jax.eval_shape(self._act, acting, carry, obs, noise,
+                                              jax.ShapeDtypeStruct((), np.int32))
+
+        def over_time(x, sharding=self.steps_sharding):
+            return jax.ShapeDtypeStruct((T, *x.shape), x.dtype, sharding=sharding)
+        scalar = lambda dtype: over_time(jax.ShapeDtypeStruct((E,), dtype))  # noqa: E731
+        steps = Transition(
+            obs=over_time(obs), action=over_time(action), reward=scalar(np.float32),
+            terminated=scalar(np.bool_), truncated=scalar(np.bool_),
+            finished_return=scalar(np.float32), finished_length=scalar(np.int32),
+            extras=jax.tree.map(over_time, extras),
+            final_obs=over_time(obs) if self.agent.keep_final_obs else None)
+        return Trajectory(steps, jax.ShapeDtypeStruct(obs.shape, obs.dtype,
+                                                      sharding=self.obs_sharding))
+
+    # ------------------------------------------------------------------ evaluation
+
+    def evaluate(self, train: Any, seed_key: Any, _inputs: Any = ()) -> dict[str, jax.Array]:
+        """One episode per evaluation environment (spread over the processes like training's),
+        the deterministic policy unless ``eval_deterministic`` is false; the sums are reduced
+        over every process, so all take the same decision. Keys as the on-device evaluation."""
+        local = self._local(train)
+        acting, policy_params = self._acting(local)
+        update = int(np.asarray(local.update))
+        key = jax.random.fold_in(jax.random.fold_in(np.asarray(seed_key), EVAL_STREAM), update)
+        key_reset, key_steps = jax.random.split(key)
+        obs = self.eval_envs.reset(self._seeds(key_reset, self.eval_start, self.eval_stop))
+        n = self.eval_stop - self.eval_start
+        ids = self._put(np.arange(self.eval_start, self.eval_stop, dtype=np.int32))
+        carry = self._initial_carry(ids)
+        ret, length, done = np.zeros(n, np.float64), np.zeros(n, np.int64), np.zeros(n, bool)
+        for t in range(self.spec.max_episode_steps):
+            if done.all():
+                break
+            action, carry = self._eval_act(policy_params, acting, carry, self._put(obs),
+                                           key_steps, np.int32(t), ids)
+            out = self.eval_envs.step(np.asarray(action))
+            ret += np.where(done, 0.0, out.reward)
+            length += ~done
+            done |= out.terminated | out.truncated
+            obs = out.obs
+        sums = distributed.allreduce_sum(np.array(
+            [ret.sum(), np.square(ret).sum(), length.sum(), n], np.float64))
+        mean, var = moments_from_sums(*(jnp.float32(sums[i]) for i in (0, 1, 3)))
+        return {"return_mean": mean, "return_std": jnp.sqrt(var),
+                "length_mean": jnp.float32(sums[2] / sums[3])}
+
+    def close(self) -> None:
+        for envs in (self.envs, self.eval_envs):
+            if envs is not None:
+                envs.close()
+        self.envs = self.eval_envs = None
