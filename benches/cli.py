@@ -24,6 +24,8 @@ Measures what docs/benchmarks.md reports, by running the real command lines as s
               of hundreds of seeds in one program (benches/accel.py)
   atari       acting + stepping an ale: config (no learning) against ale-py's own vector env
               with random actions, same envs and threads, alternated (benches/atari.py)
+  host        a host-environment config (gymnasium:<id>) on --seeds, one run each: final
+              evaluations, mean/IQM with CIs, fraction solved, wall (benches/host.py)
   replay      a DQN checkpoint's size and save time with and without its replay buffer
               (--config a dqn config; benches/replay.py)
 
@@ -58,6 +60,7 @@ BENCHES = {
     "accel": ("accel", "bench_accel"),
     "replay": ("replay", "bench_replay"),
     "atari": ("atari", "bench_atari"),
+    "host": ("host", "bench_host"),
 }
 
 
@@ -99,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rejax-python", type=Path, help="rejax, kernels, learning, "
                         "population, accel: an interpreter that imports rejax 0.1.3 and gymnax "
                         "0.0.9 (default: .bench/rejax's, which rejax and kernels create)")
+    parser.add_argument("--devices", type=int, default=1,
+                        help="host: simulated CPU devices per run")
     parser.add_argument("--no-sequential", action="store_true",
                         help="population: skip the N sequential single runs")
     return parser

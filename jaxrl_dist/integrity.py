@@ -86,6 +86,49 @@ def check_device_kinds() -> str:
     return kinds[0]
 
 
+# The SIMD extensions that change floating-point results: XLA:CPU's kernels, numpy's and a
+# simulator's (MuJoCo) take other code paths with and without them (AVX-512 above all).
+VECTOR_EXTENSIONS = ("sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512dq",
+                     "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16", "amx_tile", "asimd",
+                     "sve", "sve2")
+FAKE_CPU_VAR = "JAXRL_FAKE_CPU_FLAGS"   # test hook: "RANK:flag flag ..."
+
+
+def local_vector_extensions() -> str:
+    """This machine's SIMD extensions among :data:`VECTOR_EXTENSIONS` ("" if unknown)."""
+    flags: set[str] = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    flags = set(line.split(":", 1)[1].split())
+                    break
+    except OSError:
+        pass
+    rank, _, fake = os.environ.get(FAKE_CPU_VAR, "").partition(":")
+    if fake and rank == str(distributed.process_index()):
+        flags = set(fake.split())
+    return " ".join(x for x in VECTOR_EXTENSIONS if x in flags)
+
+
+def check_vector_extensions() -> None:
+    """Every process's CPU must have the same vector extensions when CPUs compute what must
+    agree across processes (CPU devices, or environments stepped on the host): the same
+    program gives other bits with and without AVX-512, so processes would drift apart."""
+    if distributed.process_count() == 1:
+        return
+    found = distributed.exchange_text("vector_extensions", local_vector_extensions())
+    groups: dict[str, list[int]] = {}
+    for rank, ext in enumerate(found):
+        groups.setdefault(ext, []).append(rank)
+    if len(groups) > 1:
+        described = "; ".join(f"rank(s) {', '.join(map(str, ranks))}: {ext or 'unknown'}"
+                              for ext, ranks in groups.items())
+        raise RunError(f"processes run on CPUs with different vector extensions ({described}); "
+                       f"their results would differ in the last bits and drift apart: run the "
+                       f"job on one CPU kind")
+
+
 def check_processes_agree(config: Config) -> None:
     """Config, package and JAX versions must match on every process (a collective)."""
     if distributed.process_count() == 1:

@@ -156,6 +156,8 @@ def _build(*, config: Config, env: Any, env_params: Any,
     sizes = sizes_lib.derive_sizes(config, layout.data_size)
     spec = make_env_from_config(config, env, env_params)
     device_kind = integrity.check_device_kinds()
+    if device_kind == "cpu" or spec.host is not None:   # CPUs compute what must agree
+        integrity.check_vector_extensions()
     integrity.check_processes_agree(config)
     learner = make_learner(config, sizes, spec, layout)
     return _Parts(members, layout, sizes, spec, device_kind, learner)

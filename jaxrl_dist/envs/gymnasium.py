@@ -5,8 +5,10 @@ vector env on its own CPUs.
 
 ``env_kwargs``: ``vectorization`` (``sync``, the default: every environment in the training
 process, no copies between processes; ``async``: one subprocess per environment, started with
-``forkserver`` because forking a process that runs JAX deadlocks), ``step_timeout`` (seconds
-an async step may take, default 60), anything else goes to ``gymnasium.make``.
+``forkserver`` because forking a process that runs JAX deadlocks; ``vector``: the id's own
+batched implementation, its ``vector_entry_point``, stepping the whole batch in one call),
+``step_timeout`` (seconds an async step may take, default 60), anything else goes to
+``gymnasium.make``.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from jaxrl_dist.envs.base import EnvSpec
 from jaxrl_dist.envs.host import VectorEnvs, same_step_mode
 from jaxrl_dist.errors import EnvError, unknown_env
 
-VECTORIZATION = ("sync", "async")
+VECTORIZATION = ("sync", "async", "vector")
 DEFAULT_STEP_TIMEOUT = 60.0
 DEFAULT_MAX_STEPS = 1000   # evaluation's bound for an environment with no time limit
 
@@ -118,8 +120,12 @@ def make(name: str, episode_length: int | None = None, **kwargs: Any) -> EnvSpec
     obs_dtype = np.uint8 if fields["obs_dtype"] == "uint8" else np.float32
 
     def open_envs(num_envs: int) -> VectorEnvs:
-        vec = gym.make_vec(name, num_envs=num_envs, vectorization_mode=mode,
-                           vector_kwargs=_vector_kwargs(mode), **make_kwargs)
+        if mode == "vector":   # the id's batched simulator, as it is (it must be SAME_STEP)
+            vec = gym.make_vec(name, num_envs=num_envs, vectorization_mode="vector_entry_point",
+                               **make_kwargs)
+        else:
+            vec = gym.make_vec(name, num_envs=num_envs, vectorization_mode=mode,
+                               vector_kwargs=_vector_kwargs(mode), **make_kwargs)
         return VectorEnvs(vec, f"gymnasium:{name}", obs_dtype, timeout, discrete)
 
     return EnvSpec(adapter=None, name=f"gymnasium:{name}", host=open_envs,
@@ -128,10 +134,17 @@ def make(name: str, episode_length: int | None = None, **kwargs: Any) -> EnvSpec
 
 def from_object(env: Any, episode_length: int | None = None,
                 **kwargs: Any) -> EnvSpec:
-    """An environment given to the Python API: a ``gymnasium.Env`` subclass or a function
-    returning a new ``gymnasium.Env`` (each process makes its own copies in a sync vector env),
-    or a ``gymnasium.vector.VectorEnv`` in SAME_STEP mode holding exactly this process's
-    environments (used as it is: a batched simulator steps without a loop per environment)."""
+    """An environment given to the Python API:
+
+    * a ``gymnasium.Env`` subclass or a function returning a new ``gymnasium.Env``: each process
+      makes its own copies in a sync (or ``vectorization: async``) vector env;
+    * a ``gymnasium.vector.VectorEnv`` subclass taking ``num_envs`` (a batched simulator:
+      numpy, torch, Isaac-style): built once for this process's training environments and once
+      for its evaluation ones, stepped as it is, without a loop per environment;
+    * a ``gymnasium.vector.VectorEnv`` instance holding exactly this process's training
+      environments (evaluation uses copies of its first ``env_fns`` entry).
+
+    Vector envs must declare SAME_STEP auto-reset in their metadata."""
     gym = _gym()
     mode, timeout, make_kwargs = _settings("environment object", kwargs)
     if make_kwargs:
@@ -144,7 +157,19 @@ def from_object(env: Any, episode_length: int | None = None,
         fields = _spaces(name, env.single_observation_space, env.single_action_space)
         obs_dtype = np.uint8 if fields["obs_dtype"] == "uint8" else np.float32
 
+        opened = []
+
         def given(num_envs: int) -> VectorEnvs:
+            if opened:   # evaluation: copies of its first environment, apart from training's
+                fns = getattr(env, "env_fns", None)
+                if not fns:
+                    raise EnvError(f"{name}: evaluation needs environments apart from the "
+                                   f"training ones and this vector env cannot make more (no "
+                                   f"env_fns); pass an environment factory instead")
+                copy = gym.vector.SyncVectorEnv([fns[0]] * num_envs,
+                                                **_vector_kwargs("sync"))
+                return VectorEnvs(copy, name, obs_dtype, timeout, not fields["continuous"])
+            opened.append(True)
             if num_envs != env.num_envs:
                 raise EnvError(f"{name}: the vector env holds {env.num_envs} environments but "
                                f"this process steps {num_envs} (num_envs / processes); build "
@@ -153,6 +178,23 @@ def from_object(env: Any, episode_length: int | None = None,
         limit = episode_length or DEFAULT_MAX_STEPS
         return EnvSpec(adapter=None, name=name, host=given, max_episode_steps=int(limit),
                        **fields)
+    if isinstance(env, type) and issubclass(env, gym.vector.VectorEnv):
+        # a batched simulator's class: built with num_envs, for training and for evaluation
+        probe = env(num_envs=1)
+        name = _name(probe)
+        try:
+            fields = _spaces(name, probe.single_observation_space, probe.single_action_space)
+            if not same_step_mode(probe):
+                VectorEnvs(probe, name, np.float32, timeout, True)   # the one-line error
+        finally:
+            probe.close()
+        obs_dtype = np.uint8 if fields["obs_dtype"] == "uint8" else np.float32
+
+        def build(num_envs: int) -> VectorEnvs:
+            return VectorEnvs(env(num_envs=num_envs), name, obs_dtype, timeout,
+                              not fields["continuous"])
+        return EnvSpec(adapter=None, name=name, host=build,
+                       max_episode_steps=int(episode_length or DEFAULT_MAX_STEPS), **fields)
     if not callable(env):
         raise EnvError(f"environment object {type(env).__name__} is not a gymnasium.Env "
                        f"class or factory, a gymnasium VectorEnv, or a gymnax environment")
@@ -195,7 +237,7 @@ def is_gymnasium_object(env: Any) -> bool:
     if isinstance(env, gym.vector.VectorEnv):
         return True
     if isinstance(env, type):
-        return issubclass(env, gym.Env)
+        return issubclass(env, (gym.Env, gym.vector.VectorEnv))
     return callable(env) and not hasattr(env, "default_params")
 
 

@@ -75,6 +75,7 @@ class VectorEnvs:
         self.env, self.name, self.num_envs = env, name, int(env.num_envs)
         self.obs_dtype, self.discrete = np.dtype(obs_dtype), discrete
         self.step_timeout = step_timeout
+        self.hung = False
         self.is_async = hasattr(env, "step_async") and hasattr(env, "step_wait") and \
             type(env).__name__ == "AsyncVectorEnv"
 
@@ -95,6 +96,7 @@ class VectorEnvs:
                 obs, reward, terminated, truncated, info = self.env.step_wait(
                     timeout=self.step_timeout)
             except multiprocessing.TimeoutError:
+                self.hung = True   # close() must not wait for that step
                 raise EnvError(f"{self.name}: a step took longer than {self.step_timeout:g} s "
                                f"(env_kwargs.step_timeout); the environment is hung or too "
                                f"slow") from None
@@ -113,4 +115,7 @@ class VectorEnvs:
         return HostStep(obs, np.asarray(reward, np.float32), terminated, truncated, final_obs)
 
     def close(self) -> None:
-        self.env.close()
+        if self.hung:   # terminate the workers instead of waiting for the hung step
+            self.env.close(terminate=True)
+        else:
+            self.env.close()

@@ -1,0 +1,307 @@
+"""Host environments (``gymnasium:<id>``, a user's Gymnasium env through the Python API or a
+``JAXRL_DIST_PLUGINS`` module): stepped on each process's CPUs, learning on the global mesh.
+
+What is checked: the vector env's ends and final observations; bad input is one line; PPO, DQN
+and PQN train on them; the same parameters on 1 and 2 devices and on 2 processes through the
+launcher; kill -9 and ``--resume`` (fresh episodes, re-seeded deterministically); an exception
+inside a user's environment on one rank ends the job with its message and traceback."""
+
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import gymnasium
+import numpy as np
+import pytest
+from gymnasium import spaces
+
+from helpers import max_rel_diff, params_of, run_launcher, summaries, train_cli
+
+TESTS = str(Path(__file__).resolve().parent)
+PLUGIN = {"JAXRL_DIST_PLUGINS": "host_plugin",
+          "PYTHONPATH": os.pathsep.join(filter(None, [TESTS, os.environ.get("PYTHONPATH")]))}
+CORRIDOR = "gymnasium:jaxrl_test/Corridor-v0"
+# 4 envs x 16 steps, 12 updates, a checkpoint every 3: seconds per process.
+HOST_ARGS = ["--set", f"env={CORRIDOR}", "--set", "num_envs=4", "--set", "ppo.num_steps=16",
+             "--set", "total_timesteps=768", "--set", "updates_per_call=3",
+             "--set", "ppo.num_minibatches=2", "--set", "ppo.update_epochs=2",
+             "--set", "checkpoint_every=3", "--set", "eval_episodes=4"]
+
+
+@pytest.fixture
+def plugin(monkeypatch):
+    monkeypatch.syspath_prepend(TESTS)
+    monkeypatch.setenv("JAXRL_DIST_PLUGINS", "host_plugin")
+    import host_plugin  # noqa: F401 (registers jaxrl_test/*)
+
+
+def _vector(n, limit, mode="SameStep"):
+    import gymnasium
+    return gymnasium.make_vec("CartPole-v1", num_envs=n, vectorization_mode="sync",
+                              vector_kwargs={"autoreset_mode": mode}, max_episode_steps=limit)
+
+
+def test_vector_envs_keep_ends_apart_with_the_real_final_observation():
+    import gymnasium
+
+    from jaxrl_dist.envs.host import VectorEnvs
+
+    envs = VectorEnvs(_vector(2, 3), "cartpole", np.float32, None, discrete=True)
+    obs = envs.reset([5, 6])
+    single = gymnasium.make("CartPole-v1", max_episode_steps=3)   # env 0, stepped alone
+    want, _ = single.reset(seed=5)
+    np.testing.assert_array_equal(obs[0], want)
+    for t in range(3):
+        out = envs.step(np.array([1, 1]))
+        want, reward, terminated, truncated, _ = single.step(1)
+        np.testing.assert_array_equal(out.final_obs[0], want)
+        assert out.reward.dtype == np.float32 and out.reward[0] == reward
+        assert out.terminated[0] == terminated and out.truncated[0] == (truncated and
+                                                                         not terminated)
+    assert out.truncated.all() and not out.terminated.any()   # the time limit, not an end
+    assert not np.array_equal(out.obs[0], out.final_obs[0])   # obs is the next episode's
+
+
+def test_a_vector_env_that_resets_a_step_late_is_refused():
+    from jaxrl_dist.envs import EnvError
+    from jaxrl_dist.envs.gymnasium import from_object
+
+    with pytest.raises(EnvError, match="SAME_STEP") as error:
+        from_object(_vector(2, 10, mode="NextStep"))
+    assert len(str(error.value).splitlines()) == 1
+
+
+@pytest.mark.parametrize("env_id,words", [
+    ("gymnasium:CartPol-v1", ["unknown gymnasium environment", "gymnasium:CartPole-v1"]),
+    ("gymnasium:jaxrl_test/MultiDiscrete-v0", ["MultiDiscrete", "not supported"]),
+    ("gymnasium:jaxrl_test/NeedsMujoco-v0", ["not installed", ".[mujoco]"]),
+])
+def test_bad_gymnasium_input_is_one_line(env_id, words, plugin):
+    from jaxrl_dist.envs import EnvError, make_env
+
+    with pytest.raises(EnvError) as error:
+        make_env(env_id)
+    message = str(error.value)
+    assert len(message.splitlines()) == 1 and all(w in message for w in words), message
+
+
+def test_a_plugin_module_that_does_not_import_is_one_line(tmp_path, capsys, monkeypatch):
+    from jaxrl_dist import train as train_cli
+
+    monkeypatch.setenv("JAXRL_DIST_PLUGINS", "no_such_plugin_module")
+    code = train_cli.main(["configs/gymnasium_cartpole.yaml", "--run-dir", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert "no_such_plugin_module" in err and "JAXRL_DIST_PLUGINS" in err
+    assert not (tmp_path / "r").exists()
+
+
+def _tiny(algo, **extra):
+    from jaxrl_dist import config as config_lib
+
+    section = {"ppo": {"num_steps": 16, "num_minibatches": 2, "update_epochs": 1},
+               "dqn": {"num_steps": 4, "learning_starts": 32, "batch_size": 8, "buffer_shards": 2,
+                       "buffer_size": 256},
+               "pqn": {"num_steps": 16, "num_minibatches": 2, "update_epochs": 1}}[algo]
+    steps = section["num_steps"]
+    return config_lib.from_dict({"algo": algo, "env": "CartPole-v1", "num_envs": 4,
+                                 "total_timesteps": 4 * steps * 4, "updates_per_call": 2,
+                                 "eval_episodes": 2, algo: section, **extra})
+
+
+class Drift(gymnasium.Env):
+    """A user's own continuous environment (never registered): push x toward 0."""
+
+    def __init__(self):
+        self.observation_space = spaces.Box(-10, 10, (1,), np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x = float(self.np_random.uniform(-2, 2))
+        return np.array([self.x], np.float32), {}
+
+    def step(self, action):
+        self.x += float(np.clip(action[0], -1, 1)) * 0.5
+        return np.array([self.x], np.float32), -abs(self.x), abs(self.x) > 9, False, {}
+
+
+class BatchedDrift(gymnasium.vector.VectorEnv):
+    """Drift as a user's batched simulator: every environment stepped in one numpy call (no
+    loop per environment), resetting finished ones in the same step (SAME_STEP)."""
+
+    metadata = {"autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP}
+    steps_called = 0
+
+    def __init__(self, num_envs):
+        self.num_envs = num_envs
+        self.single_observation_space = spaces.Box(-10, 10, (1,), np.float32)
+        self.single_action_space = spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.observation_space = spaces.Box(-10, 10, (num_envs, 1), np.float32)
+        self.action_space = spaces.Box(-1.0, 1.0, (num_envs, 1), np.float32)
+        self.rngs = []
+
+    def reset(self, *, seed=None, options=None):
+        self.rngs = [np.random.default_rng(s) for s in seed]
+        self.x = np.array([r.uniform(-2, 2) for r in self.rngs], np.float32)
+        self.t = np.zeros(self.num_envs, np.int32)
+        return self.x[:, None].copy(), {}
+
+    def step(self, actions):
+        type(self).steps_called += 1
+        self.x = self.x + np.clip(actions[:, 0], -1, 1) * 0.5
+        self.t += 1
+        reward = -np.abs(self.x)
+        terminated, truncated = np.abs(self.x) > 9, self.t >= 20
+        done = terminated | truncated
+        info = {}
+        if done.any():
+            final = np.empty(self.num_envs, object)
+            for i in np.flatnonzero(done):
+                final[i] = self.x[i, None].copy()
+            info = {"final_obs": final, "_final_obs": done}
+            for i in np.flatnonzero(done):
+                self.x[i], self.t[i] = self.rngs[i].uniform(-2, 2), 0
+        return self.x[:, None].copy(), reward, terminated, truncated, info
+
+
+@pytest.mark.parametrize("algo", ["ppo", "dqn", "pqn"])
+def test_every_learner_trains_on_a_registered_host_env(algo, plugin, tmp_path):
+    import jax
+
+    from jaxrl_dist.trainer import train
+
+    summary = train(_tiny(algo, env=CORRIDOR), tmp_path / "run", devices=jax.devices()[:2],
+                    progress=False)
+    config = _tiny(algo)
+    assert summary["status"] == "completed"
+    assert summary["env_steps"] == config.total_timesteps and np.isfinite(summary["eval_return"])
+
+
+def test_a_users_env_class_and_vector_env_through_the_python_api(tmp_path):
+    import jax
+
+    from jaxrl_dist.trainer import train
+
+    config = _tiny("ppo", episode_length=20)   # a time limit for an env without one
+    summary = train(config, tmp_path / "class", env=Drift, devices=jax.devices()[:2],
+                    progress=False)
+    assert summary["status"] == "completed" and np.isfinite(summary["eval_return"])
+    # a batched simulator given as one vector env: this process's 4 environments, used as is
+    vec = gymnasium.vector.SyncVectorEnv(
+        [lambda: gymnasium.wrappers.TimeLimit(Drift(), 20)] * 4, autoreset_mode="SameStep")
+    # an instance: this process's 4 training environments, used as is
+    summary = train(config, tmp_path / "vector", env=vec, devices=jax.devices()[:1],
+                    progress=False)
+    assert summary["status"] == "completed"
+    # a batched simulator's class: one step call per step of all of this process's envs
+    summary = train(config, tmp_path / "batched", env=BatchedDrift, devices=jax.devices()[:2],
+                    progress=False)
+    assert summary["status"] == "completed" and np.isfinite(summary["eval_return"])
+    updates, steps = config.total_timesteps // (4 * 16), 16
+    assert BatchedDrift.steps_called == updates * steps + 20   # + the final evaluation's
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_same_parameters_on_1_and_2_devices_and_2_processes(tmp_path):
+    """A deterministic environment registered by a plugin: 2 processes through the launcher
+    give 2 devices' parameters bit for bit, and 1 device's to float tolerance (the gradient's
+    sum order differs)."""
+    cfg = "configs/gymnasium_cartpole.yaml"
+    runs = {}
+    for devices in (1, 2):
+        proc, summary = train_cli(tmp_path / f"d{devices}", devices=devices, args=HOST_ARGS,
+                                  config=cfg, **PLUGIN)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[devices] = summary
+    proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "1", cfg,
+                         *HOST_ARGS, "--run-dir", str(tmp_path / "p2")], **PLUGIN)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = summaries(tmp_path / "p2" / "logs")
+    assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"] == \
+        runs[2]["param_fingerprint"]
+    assert ranks[0]["eval_return"] == runs[2]["eval_return"]
+    assert max_rel_diff(params_of(tmp_path / "d1")[0], params_of(tmp_path / "d2")[0]) <= 1e-4
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_an_exception_in_a_users_env_on_one_rank_ends_the_job(tmp_path):
+    start = time.monotonic()
+    proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "1",
+                         "configs/gymnasium_cartpole.yaml", *HOST_ARGS,
+                         "--set", "env=gymnasium:jaxrl_test/Faulty-v0",
+                         "--run-dir", str(tmp_path / "run")],
+                        JAXRL_TEST_FAULTY_RANK="1", JAXRL_TEST_FAULTY_STEPS="60", **PLUGIN)
+    assert proc.returncode == 1, proc.stderr[-3000:]
+    assert "rank 1 " in proc.stderr and "exited with code 1" in proc.stderr
+    assert "simulator fault: joint 3 exploded" in proc.stderr and "Traceback" in proc.stderr
+    assert "host_plugin.py" in proc.stderr   # the environment's own frames
+    assert time.monotonic() - start < 150
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_a_hung_async_environment_is_stopped_by_the_step_timeout(tmp_path):
+    start = time.monotonic()
+    proc, _ = train_cli(tmp_path / "run", "--set", "env=gymnasium:jaxrl_test/Hangs-v0",
+                        "--set", "env_kwargs={vectorization: async, step_timeout: 2}",
+                        devices=1, args=HOST_ARGS, config="configs/gymnasium_cartpole.yaml",
+                        JAXRL_TEST_FAULTY_RANK="0", JAXRL_TEST_FAULTY_STEPS="30", **PLUGIN)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    err = proc.stderr.strip().splitlines()[-1]
+    assert "jaxrl_test/Hangs-v0: a step took longer than 2 s" in err, proc.stderr[-3000:]
+    assert time.monotonic() - start < 90
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_kill_9_then_resume_reseeds_fresh_episodes_deterministically(tmp_path):
+    cfg = "configs/gymnasium_cartpole.yaml"
+    run = tmp_path / "run"
+    proc, _ = train_cli(run, devices=1, args=HOST_ARGS, config=cfg, JAXRL_FAULT="kill@0:6",
+                        **PLUGIN)
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    shutil.copytree(run, tmp_path / "copy")
+    finished = []
+    for path in (run, tmp_path / "copy"):
+        proc, summary = train_cli(path, "--resume", devices=1, args=HOST_ARGS, config=cfg,
+                                  **PLUGIN)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        said = proc.stdout + proc.stderr
+        assert re.search(r"resuming at [36]\b", said), said[-2000:]
+        assert "started afresh: actors" in said
+        assert summary["env_steps"] == 768
+        finished.append(summary["param_fingerprint"])
+    assert finished[0] == finished[1]   # re-seeded from (seed, update): the same episodes
+    _, summary = train_cli(tmp_path / "straight", devices=1, args=HOST_ARGS, config=cfg,
+                           **PLUGIN)
+    assert summary["param_fingerprint"] != finished[0]   # fresh episodes after the resume
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(200)
+def test_processes_on_cpus_with_other_vector_extensions_are_refused(tmp_path):
+    """MuJoCo, numpy and XLA:CPU give other bits with and without AVX-512: a job whose
+    processes differ there would drift apart, so it is refused at start-up, naming them."""
+    from jaxrl_dist.integrity import local_vector_extensions
+
+    mine = local_vector_extensions()
+    other = "sse4_1 sse4_2" if mine != "sse4_1 sse4_2" else "sse4_1"
+    proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "1",
+                         "configs/gymnasium_cartpole.yaml", *HOST_ARGS,
+                         "--run-dir", str(tmp_path / "run"), "--no-progress"],
+                        JAXRL_FAKE_CPU_FLAGS=f"1:{other}", **PLUGIN)
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    want = (f"processes run on CPUs with different vector extensions (rank(s) 0: "
+            f"{mine or 'unknown'}; rank(s) 1: {other})")
+    assert want in proc.stderr, proc.stderr[-3000:]
+    assert not (tmp_path / "run" / "checkpoints").exists()
+
+
+if __name__ == "__main__":
+    sys.exit(pytest.main([__file__, "-v"]))
