@@ -26,6 +26,8 @@ Measures what docs/benchmarks.md reports, by running the real command lines as s
               with random actions, same envs and threads, alternated (benches/atari.py)
   host        a host-environment config (gymnasium:<id>) on --seeds, one run each: final
               evaluations, mean/IQM with CIs, fraction solved, wall (benches/host.py)
+  host-throughput  training env steps/s over the same vector env's random-action env steps/s,
+              1 and 2 processes, each on its own core (benches/host.py)
   replay      a DQN checkpoint's size and save time with and without its replay buffer
               (--config a dqn config; benches/replay.py)
 
@@ -61,6 +63,7 @@ BENCHES = {
     "replay": ("replay", "bench_replay"),
     "atari": ("atari", "bench_atari"),
     "host": ("host", "bench_host"),
+    "host-throughput": ("host", "bench_host_throughput"),
 }
 
 
@@ -102,6 +105,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rejax-python", type=Path, help="rejax, kernels, learning, "
                         "population, accel: an interpreter that imports rejax 0.1.3 and gymnax "
                         "0.0.9 (default: .bench/rejax's, which rejax and kernels create)")
+    parser.add_argument("--tasks-host", nargs="+", default=["cartpole", "halfcheetah"],
+                        choices=["cartpole", "halfcheetah"], help="host-throughput: tasks")
     parser.add_argument("--devices", type=int, default=1,
                         help="host: simulated CPU devices per run")
     parser.add_argument("--no-sequential", action="store_true",

@@ -52,8 +52,8 @@ def bench_host(args) -> tuple[list[dict], str]:
         print(json.dumps({k: row[k] for k in ("seed", "final_eval", "wall_s", "sps")}),
               flush=True)
     finals = np.array([r["final_eval"] for r in rows if r["final_eval"] is not None], float)
-    threshold = next((r["solved_return"] for r in rows if r.get("solved_return") is not None),
-                     None)
+    from jaxrl_dist import config as config_lib
+    threshold = config_lib.load(args.config, list(args.set)).solved_return
     lo, hi = bootstrap_ci(finals) if len(finals) else (float("nan"), float("nan"))
     ilo, ihi = bootstrap_ci(finals, stat=iqm) if len(finals) else (float("nan"),) * 2
     solved = (f"{int(np.sum(finals >= threshold))}/{len(finals)}" if threshold is not None
@@ -69,4 +69,84 @@ def bench_host(args) -> tuple[list[dict], str]:
           "", "Per seed (final eval): " + ", ".join(
               f"{r['seed']}: {r['final_eval']:.1f}" if r["final_eval"] is not None
               else f"{r['seed']}: failed" for r in rows)]
+    return rows, "\n".join(md)
+
+
+# ------------------------------------------------------------------------------ throughput
+
+RANDOM_STEPS = """
+import json, sys, time
+import gymnasium, numpy as np
+env_id, n, steps, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
+vec = gymnasium.make_vec(env_id, num_envs=n, vectorization_mode="sync",
+                         vector_kwargs={"autoreset_mode": gymnasium.vector.AutoresetMode.SAME_STEP})
+vec.reset(seed=[seed + i for i in range(n)])
+vec.action_space.seed(seed)
+actions = [vec.action_space.sample() for _ in range(256)]
+for t in range(min(steps // 10, 200)):   # warm-up
+    vec.step(actions[t % 256])
+start = time.perf_counter()
+for t in range(steps):
+    vec.step(actions[t % 256])
+print(json.dumps({"sps": n * steps / (time.perf_counter() - start)}))
+"""
+
+# name -> (config, gymnasium id, global envs, overrides for the training run)
+THROUGHPUT = {
+    "cartpole": ("configs/gymnasium_cartpole.yaml", "CartPole-v1", 64,
+                 ["num_envs=64", "ppo.num_steps=128", "total_timesteps=655360",
+                  "updates_per_call=10"]),
+    "halfcheetah": ("configs/mujoco_halfcheetah.yaml", "HalfCheetah-v5", 16,
+                    ["num_envs=16", "ppo.num_steps=128", "total_timesteps=163840",
+                     "updates_per_call=4"]),
+}
+
+
+def _random_sps(env_id: str, envs: int, procs: int, steps: int) -> float:
+    """Random-action env steps/s of the same sync vector env: ``procs`` processes at once,
+    each ``envs / procs`` environments pinned to its own core; the sum."""
+    import subprocess
+    import sys as _sys
+    cmds = [["taskset", "-c", str(p), _sys.executable, "-c", RANDOM_STEPS, env_id,
+             str(envs // procs), str(steps), str(1000 * p)] for p in range(procs)]
+    running = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in cmds]
+    outs = [json.loads(p.communicate(timeout=600)[0]) for p in running]
+    return sum(o["sps"] for o in outs)
+
+
+def bench_host_throughput(args) -> tuple[list[dict], str]:
+    """Training env steps/s (the summary's steady sps: the last 10 rows, hooks excluded) over
+    the random-action env steps/s of the same vector env with the same environments on the
+    same cores, 1 process x 1 device and 2 processes x 1 device through the launcher (each
+    pinned to its own core), alternated ``--repeats`` times."""
+    from benches.common import launch_cmd, stats
+    rows = []
+    for name in args.tasks_host:
+        config, env_id, envs, sets = THROUGHPUT[name]
+        for procs in (1, 2):
+            ratios, trains, randoms = [], [], []
+            for _ in range(args.repeats):
+                random_sps = _random_sps(env_id, envs, procs, 2000 if name == "cartpole"
+                                         else 1000)
+                with tempfile.TemporaryDirectory() as tmp:
+                    run = Path(tmp) / "run"
+                    cmd = (train_cmd(run, 1, config, [*sets, *args.set]) if procs == 1 else
+                           launch_cmd(run, procs, 1, config, [*sets, *args.set], pin=1))
+                    if procs == 1:
+                        cmd = ["taskset", "-c", "0", *cmd]
+                    result = run_command(cmd, timeout=args.timeout)
+                train_sps = result["summary"]["sps"]
+                trains.append(train_sps)
+                randoms.append(random_sps)
+                ratios.append(train_sps / random_sps)
+            rows.append({"task": name, "env": env_id, "envs": envs, "processes": procs,
+                         "train_sps": stats(trains), "random_sps": stats(randoms),
+                         "ratio": stats(ratios)})
+    md = ["| task | envs | processes x cores | training env steps/s | random-action env steps/s "
+          "| ratio (min / median / max) |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        md.append(f"| {r['env']} | {r['envs']} | {r['processes']} x 1 | "
+                  f"{r['train_sps']['median']:,.0f} | {r['random_sps']['median']:,.0f} | "
+                  f"{r['ratio']['min']:.2f} / {r['ratio']['median']:.2f} / "
+                  f"{r['ratio']['max']:.2f} |")
     return rows, "\n".join(md)

@@ -43,11 +43,14 @@ class Config:
     algo: str = _doc("the learning algorithm; its settings are the config section of the same "
                      "name (ppo:)", default="ppo")
     env: str = _doc("environment: a gymnax id (CartPole-v1) or suite:name with suite one of "
-                    "brax, playground, jumanji, xminigrid, craftax (optional extras)",
+                    "brax, playground, jumanji, xminigrid, craftax, ale (optional extras, "
+                    "stepped inside the program) or gymnasium (any registered Gymnasium id, "
+                    "a plugin's too, stepped on each process's CPUs)",
                     default="CartPole-v1")
     env_kwargs: dict[str, bool | int | float | str] = _doc(
         "passed to the suite's constructor (e.g. {backend: positional} for brax:, config "
-        "overrides for playground:)", default_factory=dict)
+        "overrides for playground:; gymnasium: vectorization sync|async|vector, "
+        "step_timeout, and gymnasium.make's keywords)", default_factory=dict)
     episode_length: int | None = _doc("time limit (truncated, bootstrapped) for suites whose "
                                       "environments have none (brax:, playground:; gymnax, "
                                       "xminigrid: and craftax: replace theirs: CartPole-v1 at "

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from jaxrl_dist import envs as envs_lib
 from jaxrl_dist import rollout, running_stats
-from jaxrl_dist.envs import EnvSpec
+from jaxrl_dist.envs import CompileOptions, EnvSpec
 from jaxrl_dist.sharding import Layout
 
 if TYPE_CHECKING:
@@ -36,9 +36,12 @@ def _device_varying(tree: Any, axes: tuple[str, ...]) -> Any:
 
 
 def make_eval_program(agent: Agent, spec: EnvSpec, layout: Layout, episodes: int,
-                      deterministic: bool, pools_spec: Any = ()
+                      deterministic: bool, options: CompileOptions, pools_spec: Any = ()
                       ) -> Callable[..., dict[str, jax.Array]]:
     """(train state, seed key, pools=()) -> {"return_mean", "return_std", "length_mean"}.
+
+    ``options``: how the programs of ``layout`` compile ``spec``'s steps
+    (``programs.compile_options``).
 
     ``pools``: the evaluation pools' handles for pool environments (``programs.EnvInputs``),
     which then play one game each and report its real score (an episode ends at game over or
@@ -78,8 +81,9 @@ def make_eval_program(agent: Agent, spec: EnvSpec, layout: Layout, episodes: int
                                                   noise)
                 action = agent.env_action(action)
             slots, out = envs_lib.step(spec, envs_lib.step_keys(keys), slots, action,
-                                      autoreset=False)   # one episode each
-            if spec.pool is not None:   # scores and ends as the game counts them
+                                      autoreset=False,   # one episode each
+                                      batch_axis=options.batch_axis)
+            if spec.autoreset == "next_step":   # a pool: scores and ends as the game counts
                 ended = out.finished_length > 0
                 ret = jnp.where(done, ret, jnp.where(ended, out.finished_return,
                                                      slots.episode_return))
@@ -106,7 +110,7 @@ def make_eval_program(agent: Agent, spec: EnvSpec, layout: Layout, episodes: int
             if layout.members else local_eval)
     program = jax.shard_map(body, mesh=layout.mesh,
                             in_specs=(layout.train, layout.train, pools_spec),
-                            out_specs=layout.train, check_vma=spec.check_vma)
+                            out_specs=layout.train, check_vma=options.check_vma)
 
     def evaluate(train, seed_key, pools=()):
         return program(train, seed_key, pools)

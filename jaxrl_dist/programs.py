@@ -10,7 +10,6 @@ algorithm (from the registry, :mod:`jaxrl_dist.agents`) into them.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -20,7 +19,7 @@ from jax.sharding import Mesh, PartitionSpec as P
 from jaxrl_dist import agents, population, rollout
 from jaxrl_dist.agents.base import EPISODE_METRICS, Agent, check_aggregations, check_metrics
 from jaxrl_dist.config import Config
-from jaxrl_dist.envs import EnvSpec
+from jaxrl_dist.envs import CompileOptions, EnvSpec
 from jaxrl_dist.evaluate import make_eval_program
 from jaxrl_dist.sharding import Layout
 from jaxrl_dist.sizes import Sizes
@@ -57,12 +56,14 @@ def as_layout(layout: Layout | Mesh) -> Layout:
     return layout if isinstance(layout, Layout) else Layout(layout)
 
 
-def spec_in(spec: EnvSpec, layout: Layout) -> EnvSpec:
-    """The environment as the programs of ``layout`` step it: with a population's members
-    vmapped on each device, the lazy reset's predicate is reduced over them (EnvSpec.batch_axis)."""
+def compile_options(spec: EnvSpec, layout: Layout) -> CompileOptions:
+    """How the programs of ``layout`` compile ``spec``'s steps: shard_map's varying-axis checks
+    where the environment passes them (EnvSpec.shard_map_safe); with a population's members
+    vmapped on each device, the lazy reset's predicate reduced over them and no checks
+    (CompileOptions.batch_axis)."""
     if not layout.members:
-        return spec
-    return dataclasses.replace(spec, batch_axis=layout.member_vmap_axis, check_vma=False)
+        return CompileOptions(check_vma=spec.shard_map_safe)
+    return CompileOptions(check_vma=False, batch_axis=layout.member_vmap_axis)
 
 
 class EnvInputs(NamedTuple):
@@ -120,15 +121,16 @@ def make_learner(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | M
     ``layout``. The algorithm's own code receives its section and the derived sizes, never the
     whole run config."""
     layout = as_layout(layout)
-    spec = spec_in(spec, layout)
     agent = agents.get(config.algo).agent_factory()(config.agent, sizes, spec, layout)
     return build(agent, sizes, spec, layout, RunSettings.of(config))
 
 
 def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
           settings: RunSettings) -> Learner:
-    """``spec`` as :func:`spec_in` makes it for ``layout`` (what the agent was made with)."""
+    """``agent``'s programs over ``layout``, stepping ``spec`` (what the agent was made with)
+    as :func:`compile_options` compiles it for ``layout``."""
     check_aggregations(agent)
+    options = compile_options(spec, layout)
     mesh, axis = layout.mesh, layout.data_axis
     E, T = sizes.local_envs, agent.steps_per_env
     specs = RunState(layout.train, layout.envs, layout.envs)
@@ -136,7 +138,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
     if spec.autoreset == "next_step":
         agent, env_inputs = _open_pools(agent, spec, layout, E, settings.eval_episodes)
         input_specs = EnvInputs(layout.envs, layout.envs)
-    host = spec.autoreset == "same_step"
+    host = spec.autoreset == "host"
     if host:   # stepped by the host actors (jaxrl_dist.actors); state outside the run state
         if layout.members:
             from jaxrl_dist.envs import EnvError
@@ -157,7 +159,8 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
 
     def collect_local(train, actors, key):
         env_ids = rollout.local_env_ids(E, axis)
-        actors, steps = rollout.collect(spec, agent, agent.acting(train), actors, env_ids, key, T)
+        actors, steps = rollout.collect(spec, agent, agent.acting(train), actors, env_ids, key, T,
+                                        options.batch_axis)
         return actors, Trajectory(steps, actors.env.obs)
 
     def learn_local(train, data, trajectory, key):
@@ -198,7 +201,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
 
     def smap(body, in_specs, out_specs):
         return jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                             check_vma=spec.check_vma)
+                             check_vma=options.check_vma)
 
     # out_shardings spelled out: XLA would hand zero-size outputs (MJX states have some)
     # back replicated in a multi-process job, not in the shardings the update compiles for.
@@ -239,7 +242,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         return RunState(*map(like, shapes, specs))
 
     evaluate = None if host else make_eval_program(   # host actors evaluate on the host
-        agent, spec, layout, settings.eval_episodes, settings.eval_deterministic,
+        agent, spec, layout, settings.eval_episodes, settings.eval_deterministic, options,
         input_specs.eval)
 
     def restored(state: RunState) -> RunState:

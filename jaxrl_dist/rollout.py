@@ -72,7 +72,7 @@ def reset_actors(spec: EnvSpec, agent: Agent, keys: jax.Array, handles: Any = No
                  ) -> ActorState:
     """Fresh environments [E] (one key each) and the policy's initial carry; a pool's
     environments are reset in the pool ``handles`` [E, 8] names (see ``envs.pool``)."""
-    if spec.pool is not None:
+    if spec.autoreset == "next_step":   # a pool
         from jaxrl_dist.envs import pool
         slots = pool.reset(spec, handles, keys)
     else:
@@ -81,12 +81,13 @@ def reset_actors(spec: EnvSpec, agent: Agent, keys: jax.Array, handles: Any = No
 
 
 def collect(spec: EnvSpec, agent: Agent, acting: Any, actors: ActorState, env_ids: jax.Array,
-            key: jax.Array, num_steps: int) -> tuple[ActorState, Transition]:
+            key: jax.Array, num_steps: int, batch_axis: str | None = None
+            ) -> tuple[ActorState, Transition]:
     """Step the local environments ``num_steps`` times with ``agent.act``.
 
     Args:
       acting: ``agent.acting(train)``.  actors: [E].  env_ids: [E] int32 global indices.
-      key: replicated.
+      key: replicated.  batch_axis: the program's ``envs.CompileOptions.batch_axis``.
     Returns:
       (actors after the rollout, transitions [T, E, ...]).
     """
@@ -105,7 +106,8 @@ def collect(spec: EnvSpec, agent: Agent, acting: Any, actors: ActorState, env_id
         noise_t, key_env_t = xs
         slots = actors.env
         action, carry, extras = agent.act(acting, actors.carry, slots.obs, slots.mask, noise_t)
-        new_slots, out = envs_lib.step(spec, key_env_t, slots, agent.env_action(action))
+        new_slots, out = envs_lib.step(spec, key_env_t, slots, agent.env_action(action),
+                                       batch_axis=batch_axis)
         done = jnp.logical_or(out.terminated, out.truncated)
         carry = jax.tree.map(lambda c0, c: jax.vmap(jnp.where)(done, c0, c),
                              initial_carry, carry)   # a new episode starts from a fresh carry

@@ -108,7 +108,7 @@ def setup(*, config: Config, run_dir: str | Path | None, resume: bool, env: Any,
     opened = _open_run_dir(config=config, run_dir=run_dir, resume=resume, learner=parts.learner)
     seed_keys, swept = _seed_keys(config=config, layout=parts.layout, members=parts.members)
     compile_start = time.perf_counter()
-    compile_and_init = (_compile_and_init_host if parts.spec.host is not None
+    compile_and_init = (_compile_and_init_host if parts.spec.autoreset == "host"
                         else _compile_and_init)
     ready = compile_and_init(config=config, learner=parts.learner, layout=parts.layout,
                              sizes=parts.sizes, seed_keys=seed_keys, swept=swept,
@@ -156,7 +156,7 @@ def _build(*, config: Config, env: Any, env_params: Any,
     sizes = sizes_lib.derive_sizes(config, layout.data_size)
     spec = make_env_from_config(config, env, env_params)
     device_kind = integrity.check_device_kinds()
-    if device_kind == "cpu" or spec.host is not None:   # CPUs compute what must agree
+    if device_kind == "cpu" or spec.autoreset == "host":   # CPUs compute what must agree
         integrity.check_vector_extensions()
     integrity.check_processes_agree(config)
     learner = make_learner(config, sizes, spec, layout)

@@ -36,7 +36,8 @@ def tiny_config():
 
 # The smoke tier (`pytest -m smoke`): what CI runs again on Python 3.12 with the newest JAX the
 # pins allow, one test per capability: train, the launcher on 2 processes, resume, DQN, an
-# environment suite, the compile cache's version-guarded patch, the import graph.
+# environment suite, a host (Gymnasium) environment, the compile cache's version-guarded patch,
+# the import graph.
 SMOKE = {
     "tests/test_train.py::test_cartpole_learns_and_writes_run_files",
     "tests/test_launch.py::test_two_processes_match_one_process_four_devices",
@@ -47,6 +48,7 @@ SMOKE = {
     "tests/test_compile_cache.py::test_every_process_writes_its_cpu_entries_on_the_supported_jax",
     "tests/test_compile_cache.py::test_second_run_reads_every_program_from_the_cache",
     "tests/test_imports.py",
+    "tests/test_host_envs.py::test_every_learner_trains_on_a_registered_host_env[ppo]",
 }
 
 
@@ -55,6 +57,8 @@ SMOKE = {
 # (measured 2026-11-26 with `pytest -n 0 --durations=0`; refresh the list the same way), and
 # tests/test_configs.py (every shipped config, ~80 s).
 SLOW = {
+    "tests/test_host_envs.py::test_every_learner_trains_on_a_registered_host_env[ppo]",
+    "tests/test_host_envs.py::test_a_users_env_class_and_vector_env_through_the_python_api",
     "tests/test_ale.py::test_a_replay_sample_at_a_reset_step_weighs_nothing_and_a_time_limit_bootstraps",
     "tests/test_ale.py::test_one_and_two_devices_learn_the_same_parameters[dqn]",
     "tests/test_ale.py::test_one_and_two_devices_learn_the_same_parameters[ppo]",

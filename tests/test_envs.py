@@ -121,11 +121,12 @@ class ConstantIndexReset:
 @pytest.mark.parametrize("reset_each", [False, True])
 def test_population_step_under_shard_map_equals_the_lazy_step(reset_each):
     """Population programs step each member's environments under vmap inside shard_map. The
-    lazy reset's predicate is reduced over the member vmap axis
-    (``batch_axis``) so the reset stays a cond: per member, vmap turned it into a select that
-    reset every step, which jax 0.10.2 also rejected for a reset indexing a constant array
-    (Breakout-MinAtar). Members step as each would alone, with finished environments reset all
-    at once or one by one (``reset_each``, for costly resets such as Craftax's)."""
+    lazy reset's predicate is reduced over the member vmap axis (``CompileOptions.batch_axis``,
+    passed to ``envs.step``) so the reset stays a cond: per member, vmap turned it into a
+    select that reset every step, which jax 0.10.2 also rejected for a reset indexing a
+    constant array (Breakout-MinAtar). Members step as each would alone, with finished
+    environments reset all at once or one by one (``reset_each``, for costly resets such as
+    Craftax's)."""
     import dataclasses
 
     from jax.sharding import Mesh, PartitionSpec as P
@@ -139,15 +140,15 @@ def test_population_step_under_shard_map_equals_the_lazy_step(reset_each):
                           ).reshape(num_steps, members, num_envs, 2, -1)
     actions = jax.random.randint(key_actions, (num_steps, members, num_envs), 0, 2)
 
-    def member(spec):
+    def member(spec, batch_axis=None):
         def run(slots, keys, actions):
             def body(slots, xs):
-                slots, out = envs.step(spec, xs[0], slots, xs[1])
+                slots, out = envs.step(spec, xs[0], slots, xs[1], batch_axis=batch_axis)
                 return slots, (slots.obs, out.reward, out.terminated)
             return jax.lax.scan(body, slots, (keys, actions))[1]
         return run
 
-    population = jax.vmap(member(dataclasses.replace(spec, batch_axis="m")), (0, 1, 1),
+    population = jax.vmap(member(spec, batch_axis="m"), (0, 1, 1),
                           axis_name="m")
     mesh = Mesh(np.array(jax.devices()[:2]).reshape(2, 1), ("member", "data"))
     sharded = jax.jit(jax.shard_map(population, mesh=mesh, check_vma=False,
@@ -176,11 +177,33 @@ class DoubleReward(GymnaxWrapper):
 def test_wrapped_env_is_stepped_through_its_own_step():
     base = envs.make_env("CartPole-v1")
     spec = envs.make_env(DoubleReward(base.adapter.env), base.adapter.params)
-    assert spec.adapter.resets_itself
+    assert spec.autoreset == "same_step"   # declared by the gymnax suite
     slots = jax.vmap(lambda k: envs.reset(spec, k))(jax.random.split(jax.random.PRNGKey(0), 2))
     keys = envs.step_keys(jax.random.split(jax.random.PRNGKey(1), 2))
     _, out = envs.step(spec, keys, slots, jnp.zeros(2, jnp.int32))
     np.testing.assert_array_equal(out.reward, [2.0, 2.0])
+
+
+def test_autoreset_is_declared_and_checked_against_what_the_spec_provides():
+    """Each spec declares its auto-reset kind; left out, it follows what the spec provides; a
+    kind that does not match is a one-line error; host environments are not stepped here."""
+    common = dict(name="toy", obs_shape=(1,), action_dim=2, continuous=False)
+    assert envs.EnvSpec(ConstantIndexReset(), **common).autoreset == "lazy"
+    assert envs.EnvSpec(None, pool=object(), **common).autoreset == "next_step"
+    host = envs.EnvSpec(None, host=lambda n: None, **common)
+    assert host.autoreset == "host" and not host.resets_late
+    assert envs.EnvSpec(None, pool=object(), **common).resets_late
+    assert set(envs.AUTORESETS) == {"lazy", "same_step", "next_step", "host"}
+    with pytest.raises(envs.EnvError, match="not one of"):
+        envs.EnvSpec(ConstantIndexReset(), autoreset="eager", **common)
+    with pytest.raises(envs.EnvError, match="provides adapter"):
+        envs.EnvSpec(ConstantIndexReset(), autoreset="next_step", **common)
+    with pytest.raises(envs.EnvError, match="provides adapter, host"):
+        envs.EnvSpec(ConstantIndexReset(), host=lambda n: None, autoreset="host", **common)
+    with pytest.raises(envs.EnvError, match="step_autoreset"):
+        envs.EnvSpec(ConstantIndexReset(), autoreset="same_step", **common)
+    with pytest.raises(envs.EnvError, match="host actors"):
+        envs.step(host, None, None, None)
 
 
 DEFERRED_IMPORTS = """

@@ -143,7 +143,8 @@ def make(name: str, episode_length: int | None = None, **kwargs: Any) -> EnvSpec
     pool = AlePool(game, settings, PoolOptions(bool(settings["clip_rewards"]),
                                                bool(settings["episodic_life"])), len(actions))
     size, stack = settings["image_size"], settings["frame_stack"]
-    return EnvSpec(adapter=None, pool=pool, name=f"ale:{name}", obs_shape=(size, size, stack),
+    return EnvSpec(adapter=None, pool=pool, autoreset="next_step", name=f"ale:{name}",
+                   obs_shape=(size, size, stack),
                    action_dim=len(actions), continuous=False, obs_dtype="uint8",
                    # agent steps, +1 for the pool's own reset step after an end
                    max_episode_steps=-(-settings["max_frames"] // settings["frame_skip"]) + 1)

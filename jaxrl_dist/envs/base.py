@@ -5,7 +5,10 @@ An :class:`Adapter` is ONE environment without auto-reset: ``reset(key) -> (stat
 ``truncated`` (a time limit: bootstrap from the observation it stopped at) kept apart, and
 optionally ``action_mask(state)``. Auto-reset, episode statistics, action clipping and the
 observation/mask bookkeeping live here, once, for every suite; the truncation bootstrap lives
-in the rollout, which gets the final observation from :class:`StepOutput`.
+in the rollout, which gets the final observation from :class:`StepOutput`. Every
+:class:`EnvSpec` declares how its environments auto-reset (``autoreset``, one of
+:data:`AUTORESETS`: this lazy reset, an adapter that resets itself, a pool that resets one step
+late, host environments) and :func:`step` steps each kind with its own function.
 
 ``reset`` is for ONE environment (callers ``vmap``); ``step`` takes a batch, so it can skip the
 auto-reset when no environment of the batch finished (the lazy reset: the reset's random draws
@@ -46,6 +49,48 @@ class Adapter(Protocol):
     def step(self, key: jax.Array, state: Any, action: jax.Array) -> Step: ...
 
 
+# How an environment kind restarts finished episodes (``EnvSpec.autoreset``), each stepped by
+# its own function of :func:`step` (host environments are not stepped in a program):
+AUTORESETS = {
+    # a JAX adapter without auto-reset: :func:`step` resets finished environments inside the
+    # step (only when one finished) and keeps the final observation apart
+    "lazy": "an adapter",
+    # a JAX adapter that resets itself (``adapter.step_autoreset``, e.g. a gymnax wrapper with
+    # its own ``step``) and reports the final observation beside the reset one
+    "same_step": "an adapter with step_autoreset",
+    # a pool (``envs.pool``, ale-py's NEXT_STEP mode): the step AFTER an end is the reset, not
+    # experience; the final observation is that end's own
+    "next_step": "a pool",
+    # environments outside the program (``envs.host``), stepped by the host actors
+    # (``jaxrl_dist.actors``): reset in the step, the final observation reported beside
+    "host": "a host factory",
+}
+
+
+def _check_autoreset(spec: EnvSpec) -> None:
+    """The declared kind matches what the spec provides (``adapter`` / ``pool`` / ``host``)."""
+    kind = spec.autoreset
+    if kind not in AUTORESETS:
+        raise EnvError(f"{spec.name}: autoreset {kind!r} is not one of "
+                       f"{', '.join(map(repr, AUTORESETS))}")
+    given = {"adapter": spec.adapter is not None, "pool": spec.pool is not None,
+             "host": spec.host is not None}
+    # what each kind steps with; a JAX kind may have no adapter (a spec for networks and
+    # policies only: EnvSpec.from_description)
+    needs = {"lazy": "adapter", "same_step": "adapter", "next_step": "pool", "host": "host"}[kind]
+    extra = any(v for k, v in given.items() if k != needs)
+    if extra or (kind in ("next_step", "host") and not given[needs]):
+        provided = ", ".join(k for k, v in given.items() if v) or "none of adapter/pool/host"
+        raise EnvError(f"{spec.name}: autoreset {kind!r} steps {AUTORESETS[kind]} "
+                       f"({needs}=...) and nothing else, but the spec provides {provided}")
+    if kind == "same_step" and spec.adapter is not None and not hasattr(
+            spec.adapter, "step_autoreset"):
+        raise EnvError(f"{spec.name}: autoreset 'same_step' needs an adapter with "
+                       f"step_autoreset(key, state, action); "
+                       f"{type(spec.adapter).__name__} has none (declare 'lazy' for an "
+                       f"adapter without auto-reset)")
+
+
 @dataclass(frozen=True, eq=False)
 class EnvSpec:
     """An environment plus what the networks and loops need to know about it."""
@@ -59,19 +104,12 @@ class EnvSpec:
     action_high: np.ndarray | None = None
     max_episode_steps: int = 1000  # bounds evaluation episodes
     masked: bool = False           # the adapter provides legal-action masks
-    # shard_map's varying-axis type checks. Libraries not written for shard_map (MJX's solver,
-    # Jumanji's generators) mix device-varying and constant values in their own cond/while
-    # carries, which those checks reject; the update does not rely on them (gradients are
-    # pmean-ed explicitly; tests check the global mean and 1 vs 2 devices per suite).
-    check_vma: bool = True
-    # The name of an enclosing vmap axis (a population's members on one device). The lazy
-    # reset's "did any environment finish" is then reduced over it, so the reset stays a cond
-    # run only when needed; under vmap a per-member predicate turns the cond into a select that
-    # resets every step (Craftax: ~10x slower), and jax 0.10.2's rule for that fails shard_map's
-    # varying-axis checks when a reset indexes a constant array (MinAtar Breakout). jax 0.10.2
-    # also rejects collectives over a vmap axis under those checks: programs that set this run
-    # with ``check_vma=False``.
-    batch_axis: str | None = None
+    # The environment library's steps pass shard_map's varying-axis type checks. Libraries not
+    # written for shard_map (MJX's solver, Jumanji's generators) mix device-varying and
+    # constant values in their own cond/while carries, which those checks reject; the update
+    # does not rely on them (gradients are pmean-ed explicitly; tests check the global mean and
+    # 1 vs 2 devices per suite). The programs turn this into ``CompileOptions.check_vma``.
+    shard_map_safe: bool = True
     # Reset finished environments one at a time (a loop over them) instead of all at once and
     # keeping the finished ones: for libraries whose reset is costly (Craftax generates a
     # world: ~2 ms per environment on a CPU core, so a batched reset whenever any of 64
@@ -87,17 +125,17 @@ class EnvSpec:
     # The observations' dtype as the environment gives them: "uint8" frames stay uint8 in
     # rollouts and buffers (4x less memory) and networks scale them to [0, 1] themselves.
     obs_dtype: str = "float32"
+    # How finished episodes restart, one of AUTORESETS (see there), as the suite declares it;
+    # None: read from what the spec provides (``pool`` -> "next_step", ``host`` -> "host",
+    # else "lazy").
+    autoreset: str | None = None
 
-    @property
-    def autoreset(self) -> str:
-        """How finished episodes restart, as the environment kind declares it:
-        ``"lazy"`` (a JAX adapter, reset inside the step, final observation kept apart),
-        ``"next_step"`` (a pool: the step AFTER an end is the reset, not experience; the
-        final observation is that end's own) or ``"same_step"`` (host environments: reset in
-        the step, the final observation reported beside)."""
-        if self.pool is not None:
-            return "next_step"
-        return "same_step" if self.host is not None else "lazy"
+    def __post_init__(self):
+        if self.autoreset is None:
+            kind = ("next_step" if self.pool is not None
+                    else "host" if self.host is not None else "lazy")
+            object.__setattr__(self, "autoreset", kind)
+        _check_autoreset(self)
 
     @property
     def resets_late(self) -> bool:
@@ -128,6 +166,25 @@ class EnvSpec:
                    action_low=bound(d["action_low"]), action_high=bound(d["action_high"]),
                    max_episode_steps=int(d["max_episode_steps"]), masked=bool(d["masked"]),
                    obs_dtype=str(d.get("obs_dtype", "float32")))
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """How a program compiles an environment's steps: choices of the program and its layout,
+    not properties of the environment (``programs.compile_options`` derives them)."""
+
+    # shard_map's varying-axis type checks (``jax.shard_map(check_vma=...)``): off for
+    # environments whose steps do not pass them (``EnvSpec.shard_map_safe``) and in populations
+    # (see ``batch_axis``).
+    check_vma: bool = True
+    # The name of an enclosing vmap axis (a population's members on one device). The lazy
+    # reset's "did any environment finish" is then reduced over it, so the reset stays a cond
+    # run only when needed; under vmap a per-member predicate turns the cond into a select that
+    # resets every step (Craftax: ~10x slower), and jax 0.10.2's rule for that fails shard_map's
+    # varying-axis checks when a reset indexes a constant array (MinAtar Breakout). jax 0.10.2
+    # also rejects collectives over a vmap axis under those checks: programs that set this run
+    # with ``check_vma=False``.
+    batch_axis: str | None = None
 
 
 def flatten_observation(obs: Any) -> jax.Array:
@@ -180,67 +237,104 @@ def step_keys(keys: jax.Array) -> jax.Array:
 
 
 def step(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array,
-         autoreset: bool = True) -> tuple[EnvSlot, StepOutput]:
+         autoreset: bool = True, batch_axis: str | None = None
+         ) -> tuple[EnvSlot, StepOutput]:
     """Step a batch of environments with auto-reset; tracks each running episode's statistics.
 
     Args:
       keys: [E, 2, key] (step, reset) key pairs from :func:`step_keys`.  slots: [E].
       action: [E, ...].
-    The reset (random draws and all) runs only when some environment of the batch finished,
-    instead of at every step. ``autoreset=False`` leaves finished environments as the step
-    left them, for callers that ignore what follows an episode's end (evaluation plays one
-    episode per environment): the same outputs up to each end, a smaller program.
+      batch_axis: ``CompileOptions.batch_axis`` of the program stepping it.
+    Each kind of ``spec.autoreset`` is its own function (:data:`_STEPS`). The lazy one runs the
+    reset (random draws and all) only when some environment of the batch finished, instead of
+    at every step. ``autoreset=False`` leaves finished environments as the step left them, for
+    callers that ignore what follows an episode's end (evaluation plays one episode per
+    environment): the same outputs up to each end, a smaller program (kinds that reset
+    themselves still do).
     (Measured on CPU, where the branch is cheap; with thousands of
     environments per device some always finish, and on accelerators the branch's predicate
     may cost a host round trip per step: not yet measured.)
     """
-    if spec.pool is not None:   # the pool resets itself; no keys
-        return pool.step(spec, slots, action)
+    return _STEPS[spec.autoreset](spec, keys, slots, action, autoreset, batch_axis)
+
+
+def _step_lazy(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array,
+               autoreset: bool, batch_axis: str | None) -> tuple[EnvSlot, StepOutput]:
+    """An adapter without auto-reset: finished environments are reset here, only when one of
+    the batch finished."""
     adapter = spec.adapter
     action = to_env_action(spec, action)
     key_step, key_reset = keys[:, 0], keys[:, 1]
-    if getattr(adapter, "resets_itself", False):   # e.g. a user's wrapper with its own step
-        state, obs, reward, terminated, truncated, final_obs = jax.vmap(
-            adapter.step_autoreset)(key_step, slots.env_state, action)
-        terminated = jnp.asarray(terminated, bool)
-        truncated = jnp.logical_and(jnp.asarray(truncated, bool), jnp.logical_not(terminated))
+    out = jax.vmap(adapter.step)(key_step, slots.env_state, action)
+    out = out._replace(state=strong_types(out.state))
+    terminated = jnp.asarray(out.terminated, bool)
+    truncated = jnp.logical_and(jnp.asarray(out.truncated, bool),
+                                jnp.logical_not(terminated))
+    done = jnp.logical_or(terminated, truncated)
+
+    def reset_finished():
+        state_re, obs_re = jax.vmap(adapter.reset)(key_reset)
+        state_re = strong_types(state_re)
+        pick = lambda x, y: jax.vmap(jax.lax.select)(done, x, y)  # noqa: E731
+        return (jax.tree.map(pick, state_re, out.state),
+                pick(_float_obs(obs_re), _float_obs(out.obs)))
+
+    def reset_each():
+        order = jnp.argsort(jnp.logical_not(done))   # finished environments first
+
+        def one(i, carry):
+            state, obs = carry
+            e = order[i]
+            state_re, obs_re = adapter.reset(key_reset[e])
+            state = jax.tree.map(lambda a, b: a.at[e].set(b), state,
+                                 strong_types(state_re))
+            return state, obs.at[e].set(_float_obs(obs_re))
+        return jax.lax.fori_loop(0, jnp.sum(done), one, (out.state, _float_obs(out.obs)))
+
+    if autoreset:   # the "did any finish" vote (a collective under vmap) only when used
+        any_done = jnp.any(done)
+        if batch_axis is not None:
+            any_done = jax.lax.psum(any_done.astype(jnp.int32), batch_axis) > 0
+        state, obs = jax.lax.cond(any_done,
+                                  reset_each if spec.reset_each else reset_finished,
+                                  lambda: (out.state, _float_obs(out.obs)))
     else:
-        out = jax.vmap(adapter.step)(key_step, slots.env_state, action)
-        out = out._replace(state=strong_types(out.state))
-        terminated = jnp.asarray(out.terminated, bool)
-        truncated = jnp.logical_and(jnp.asarray(out.truncated, bool),
-                                    jnp.logical_not(terminated))
-        done = jnp.logical_or(terminated, truncated)
+        state, obs = out.state, _float_obs(out.obs)
+    return _tracked(spec, slots, state, obs, out.reward, terminated, truncated, out.obs)
 
-        def reset_finished():
-            state_re, obs_re = jax.vmap(adapter.reset)(key_reset)
-            state_re = strong_types(state_re)
-            pick = lambda x, y: jax.vmap(jax.lax.select)(done, x, y)  # noqa: E731
-            return (jax.tree.map(pick, state_re, out.state),
-                    pick(_float_obs(obs_re), _float_obs(out.obs)))
 
-        def reset_each():
-            order = jnp.argsort(jnp.logical_not(done))   # finished environments first
+def _step_same_step(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array,
+                    autoreset: bool, batch_axis: str | None) -> tuple[EnvSlot, StepOutput]:
+    """An adapter that resets itself in its ``step_autoreset`` and reports the final
+    observation beside the reset one."""
+    action = to_env_action(spec, action)
+    state, obs, reward, terminated, truncated, final_obs = jax.vmap(
+        spec.adapter.step_autoreset)(keys[:, 0], slots.env_state, action)
+    terminated = jnp.asarray(terminated, bool)
+    truncated = jnp.logical_and(jnp.asarray(truncated, bool), jnp.logical_not(terminated))
+    return _tracked(spec, slots, state, obs, reward, terminated, truncated, final_obs)
 
-            def one(i, carry):
-                state, obs = carry
-                e = order[i]
-                state_re, obs_re = adapter.reset(key_reset[e])
-                state = jax.tree.map(lambda a, b: a.at[e].set(b), state,
-                                     strong_types(state_re))
-                return state, obs.at[e].set(_float_obs(obs_re))
-            return jax.lax.fori_loop(0, jnp.sum(done), one, (out.state, _float_obs(out.obs)))
 
-        if autoreset:   # the "did any finish" vote (a collective under vmap) only when used
-            any_done = jnp.any(done)
-            if spec.batch_axis is not None:
-                any_done = jax.lax.psum(any_done.astype(jnp.int32), spec.batch_axis) > 0
-            state, obs = jax.lax.cond(any_done,
-                                      reset_each if spec.reset_each else reset_finished,
-                                      lambda: (out.state, _float_obs(out.obs)))
-        else:
-            state, obs = out.state, _float_obs(out.obs)
-        reward, final_obs = out.reward, out.obs
+def _step_next_step(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array,
+                    autoreset: bool, batch_axis: str | None) -> tuple[EnvSlot, StepOutput]:
+    """A pool: it resets itself one step late and tracks its own episodes; no keys."""
+    return pool.step(spec, slots, action)
+
+
+def _step_host(spec: EnvSpec, *args: Any) -> tuple[EnvSlot, StepOutput]:
+    raise EnvError(f"{spec.name}: host environments are stepped by the host actors "
+                   f"(jaxrl_dist.actors), not inside a compiled program")
+
+
+_STEPS = {"lazy": _step_lazy, "same_step": _step_same_step, "next_step": _step_next_step,
+          "host": _step_host}
+assert set(_STEPS) == set(AUTORESETS)
+
+
+def _tracked(spec: EnvSpec, slots: EnvSlot, state: Any, obs: Any, reward: Any,
+             terminated: jax.Array, truncated: jax.Array, final_obs: Any
+             ) -> tuple[EnvSlot, StepOutput]:
+    """The new slots and the step's outputs, with each running episode's statistics."""
     done = jnp.logical_or(terminated, truncated)
     reward = jnp.asarray(reward, jnp.float32)
     ep_return = slots.episode_return + reward

@@ -42,7 +42,7 @@ def time_limited(env: Any, name: str, episode_length: int | None, action_size: i
     if length < 1:
         raise EnvError(f"episode_length must be >= 1, got {length}")
     return box_spec(TimeLimit(BraxAdapter(env), length), name, action_size,
-                    max_episode_steps=length)
+                    max_episode_steps=length, shard_map_safe=False)   # see EnvSpec.shard_map_safe
 
 
 def make(name: str, episode_length: int | None = None, **kwargs: Any) -> EnvSpec:

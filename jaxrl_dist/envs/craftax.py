@@ -50,4 +50,5 @@ def make(name: str, episode_length: int | None = None, **kwargs: Any) -> EnvSpec
         params = params.replace(max_timesteps=int(episode_length))
     spec = spec_from_gymnax(env, params, f"craftax:{name}", CraftaxAdapter(env, params),
                             max_episode_steps=int(params.max_timesteps))
-    return dataclasses.replace(spec, reset_each=True)   # world generation is costly
+    # world generation is costly; not written for shard_map (EnvSpec.shard_map_safe)
+    return dataclasses.replace(spec, reset_each=True, shard_map_safe=False)

@@ -128,7 +128,7 @@ def make(name: str, episode_length: int | None = None, **kwargs: Any) -> EnvSpec
                                vector_kwargs=_vector_kwargs(mode), **make_kwargs)
         return VectorEnvs(vec, f"gymnasium:{name}", obs_dtype, timeout, discrete)
 
-    return EnvSpec(adapter=None, name=f"gymnasium:{name}", host=open_envs,
+    return EnvSpec(adapter=None, autoreset="host", name=f"gymnasium:{name}", host=open_envs,
                    max_episode_steps=int(limit or DEFAULT_MAX_STEPS), **fields)
 
 
@@ -176,7 +176,7 @@ def from_object(env: Any, episode_length: int | None = None,
                                f"it with {num_envs}")
             return VectorEnvs(env, name, obs_dtype, timeout, not fields["continuous"])
         limit = episode_length or DEFAULT_MAX_STEPS
-        return EnvSpec(adapter=None, name=name, host=given, max_episode_steps=int(limit),
+        return EnvSpec(adapter=None, autoreset="host", name=name, host=given, max_episode_steps=int(limit),
                        **fields)
     if isinstance(env, type) and issubclass(env, gym.vector.VectorEnv):
         # a batched simulator's class: built with num_envs, for training and for evaluation
@@ -193,7 +193,7 @@ def from_object(env: Any, episode_length: int | None = None,
         def build(num_envs: int) -> VectorEnvs:
             return VectorEnvs(env(num_envs=num_envs), name, obs_dtype, timeout,
                               not fields["continuous"])
-        return EnvSpec(adapter=None, name=name, host=build,
+        return EnvSpec(adapter=None, autoreset="host", name=name, host=build,
                        max_episode_steps=int(episode_length or DEFAULT_MAX_STEPS), **fields)
     if not callable(env):
         raise EnvError(f"environment object {type(env).__name__} is not a gymnasium.Env "
@@ -222,7 +222,7 @@ def from_object(env: Any, episode_length: int | None = None,
         vec = cls([make_one] * num_envs, **_vector_kwargs(mode))
         return VectorEnvs(vec, name, obs_dtype, timeout, not fields["continuous"])
 
-    return EnvSpec(adapter=None, name=name, host=open_envs,
+    return EnvSpec(adapter=None, autoreset="host", name=name, host=open_envs,
                    max_episode_steps=int(limit or DEFAULT_MAX_STEPS), **fields)
 
 

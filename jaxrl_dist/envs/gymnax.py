@@ -71,11 +71,10 @@ class GymnaxAdapter:
 @dataclass(frozen=True, eq=False)
 class GymnaxObjectAdapter:
     """An object with its own gymnax-style ``step`` (a wrapper, or a user's environment):
-    stepped through it, auto-reset included."""
+    stepped through it, auto-reset included (``autoreset="same_step"``)."""
 
     env: Any
     params: Any
-    resets_itself = True
 
     def reset(self, key: jax.Array) -> tuple[Any, jax.Array]:
         obs, state = self.env.reset(key, self.params)
@@ -103,14 +102,19 @@ def plain_gymnax(env: Any) -> bool:
 def spec_from_gymnax(env: Any, params: Any, name: str, adapter: Any = None,
                      max_episode_steps: int | None = None) -> EnvSpec:
     """An :class:`EnvSpec` from a gymnax-API environment (also used by suites that follow the
-    gymnax interface, such as Craftax)."""
+    gymnax interface, such as Craftax, with an ``adapter`` without auto-reset of their own)."""
+    autoreset = "lazy"
     if adapter is None:
-        adapter = (GymnaxAdapter if plain_gymnax(env) else GymnaxObjectAdapter)(env, params)
+        if not plain_gymnax(env):
+            adapter, autoreset = GymnaxObjectAdapter(env, params), "same_step"
+        else:
+            adapter = GymnaxAdapter(env, params)
     space = env.action_space(params)
     obs_shape = tuple(env.observation_space(params).shape)
     if max_episode_steps is None:
         max_episode_steps = int(getattr(params, "max_steps_in_episode", DEFAULT_MAX_STEPS))
-    common = dict(name=name, obs_shape=obs_shape, max_episode_steps=max_episode_steps)
+    common = dict(name=name, obs_shape=obs_shape, max_episode_steps=max_episode_steps,
+                  autoreset=autoreset)
     if hasattr(space, "n"):
         return EnvSpec(adapter, action_dim=int(space.n), continuous=False, **common)
     if hasattr(space, "low") and hasattr(space, "shape"):
@@ -144,7 +148,7 @@ def make(name: str, params: Any = None, episode_length: int | None = None,
         params = params.replace(max_steps_in_episode=int(episode_length))
     spec = spec_from_gymnax(env, params, name)
     if name in UNCHECKED:
-        spec = replace(spec, check_vma=False)   # see EnvSpec.check_vma
+        spec = replace(spec, shard_map_safe=False)   # see EnvSpec.shard_map_safe
     return spec
 
 

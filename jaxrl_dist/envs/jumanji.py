@@ -78,10 +78,10 @@ def make(name: str, episode_length: int | None = None, **kwargs: Any) -> EnvSpec
     if isinstance(action, specs.DiscreteArray):
         masked = mask is not None and tuple(mask.shape) == (int(action.num_values),)
         return discrete_spec(JumanjiAdapter(env, masked), full, int(action.num_values), limit,
-                             masked=masked)
+                             masked=masked, shard_map_safe=False)
     if isinstance(action, specs.BoundedArray) and len(action.shape) == 1 and \
             jnp.issubdtype(action.dtype, jnp.floating):
         return box_spec(JumanjiAdapter(env, False), full, int(action.shape[0]),
-                        action.minimum, action.maximum, limit)
+                        action.minimum, action.maximum, limit, shard_map_safe=False)
     raise EnvError(f"{full}: its action space ({type(action).__name__} {action.shape}) is not "
                    f"one discrete choice or a flat continuous vector; the networks handle those")

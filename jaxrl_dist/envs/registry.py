@@ -4,7 +4,6 @@ working; each other suite is an optional extra, imported only when a config name
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import importlib
 import importlib.util
 from typing import Any, Iterator
@@ -82,9 +81,7 @@ def make_env(env: Any, env_params: Any = None, *, episode_length: int | None = N
             spec = module.make(name, episode_length=episode_length, **kwargs)
     except TypeError as e:   # a constructor argument the library does not take
         raise EnvError(f"{env}: bad env_kwargs {sorted(kwargs)}: {e}") from None
-    if spec.autoreset != "lazy":   # XLA calls on a handle, or no JAX environment at all
-        return spec
-    return dataclasses.replace(spec, check_vma=False)   # see EnvSpec.check_vma
+    return spec
 
 
 @contextlib.contextmanager

@@ -51,4 +51,4 @@ def make(name: str, episode_length: int | None = None, **kwargs: Any) -> EnvSpec
     if episode_length is not None:
         params = params.replace(max_steps=int(episode_length))
     return discrete_spec(XMiniGridAdapter(env, params), f"xminigrid:{name}",
-                         env.num_actions(params), int(params.max_steps))
+                         env.num_actions(params), int(params.max_steps), shard_map_safe=False)
