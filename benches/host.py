@@ -102,50 +102,62 @@ THROUGHPUT = {
 }
 
 
-def _random_sps(env_id: str, envs: int, procs: int, steps: int) -> float:
+def _random_sps(env_id: str, envs: int, procs: int, steps: int, pinned: bool) -> float:
     """Random-action env steps/s of the same sync vector env: ``procs`` processes at once,
-    each ``envs / procs`` environments pinned to its own core; the sum."""
+    each ``envs / procs`` environments (pinned: each to its own core); the sum."""
     import subprocess
     import sys as _sys
-    cmds = [["taskset", "-c", str(p), _sys.executable, "-c", RANDOM_STEPS, env_id,
-             str(envs // procs), str(steps), str(1000 * p)] for p in range(procs)]
+    cmds = [(["taskset", "-c", str(p)] if pinned else []) + [
+        _sys.executable, "-c", RANDOM_STEPS, env_id, str(envs // procs), str(steps),
+        str(1000 * p)] for p in range(procs)]
     running = [subprocess.Popen(c, stdout=subprocess.PIPE, text=True) for c in cmds]
     outs = [json.loads(p.communicate(timeout=600)[0]) for p in running]
     return sum(o["sps"] for o in outs)
 
 
+# (label, processes, CPU devices per process, pinned to one core each, overlap_actors)
+TOPOLOGIES = [("1 process, pinned to 1 core", 1, 1, True, False),
+              ("1 process, 2 cores", 1, 1, False, False),
+              ("1 process, 2 cores, overlap_actors (1 device learns, 1 acts)", 1, 2, False, True),
+              ("2 processes, each pinned to its own core", 2, 1, True, False),
+              ("2 processes, unpinned", 2, 1, False, False)]
+
+
 def bench_host_throughput(args) -> tuple[list[dict], str]:
     """Training env steps/s (the summary's steady sps: the last 10 rows, hooks excluded) over
     the random-action env steps/s of the same vector env with the same environments on the
-    same cores, 1 process x 1 device and 2 processes x 1 device through the launcher (each
-    pinned to its own core), alternated ``--repeats`` times."""
+    same cores (the baseline runs as many processes, pinned the same way, each stepping its
+    share), alternated ``--repeats`` times per topology."""
     from benches.common import launch_cmd, stats
     rows = []
     for name in args.tasks_host:
         config, env_id, envs, sets = THROUGHPUT[name]
-        for procs in (1, 2):
+        for label, procs, devices, pinned, overlap in TOPOLOGIES:
             ratios, trains, randoms = [], [], []
+            extra = [*sets, *args.set] + (["overlap_actors=true"] if overlap else [])
             for _ in range(args.repeats):
                 random_sps = _random_sps(env_id, envs, procs, 2000 if name == "cartpole"
-                                         else 1000)
+                                         else 1000, pinned)
                 with tempfile.TemporaryDirectory() as tmp:
                     run = Path(tmp) / "run"
-                    cmd = (train_cmd(run, 1, config, [*sets, *args.set]) if procs == 1 else
-                           launch_cmd(run, procs, 1, config, [*sets, *args.set], pin=1))
                     if procs == 1:
-                        cmd = ["taskset", "-c", "0", *cmd]
+                        cmd = train_cmd(run, devices, config, extra)
+                        cmd = ["taskset", "-c", "0", *cmd] if pinned else cmd
+                    else:
+                        cmd = launch_cmd(run, procs, devices, config, extra,
+                                         pin=1 if pinned else None)
                     result = run_command(cmd, timeout=args.timeout)
                 train_sps = result["summary"]["sps"]
                 trains.append(train_sps)
                 randoms.append(random_sps)
                 ratios.append(train_sps / random_sps)
-            rows.append({"task": name, "env": env_id, "envs": envs, "processes": procs,
+            rows.append({"task": name, "env": env_id, "envs": envs, "topology": label,
                          "train_sps": stats(trains), "random_sps": stats(randoms),
                          "ratio": stats(ratios)})
-    md = ["| task | envs | processes x cores | training env steps/s | random-action env steps/s "
+    md = ["| task | envs | topology | training env steps/s | random-action env steps/s "
           "| ratio (min / median / max) |", "|---|---|---|---|---|---|"]
     for r in rows:
-        md.append(f"| {r['env']} | {r['envs']} | {r['processes']} x 1 | "
+        md.append(f"| {r['env']} | {r['envs']} | {r['topology']} | "
                   f"{r['train_sps']['median']:,.0f} | {r['random_sps']['median']:,.0f} | "
                   f"{r['ratio']['min']:.2f} / {r['ratio']['median']:.2f} / "
                   f"{r['ratio']['max']:.2f} |")

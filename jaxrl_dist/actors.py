@@ -40,6 +40,30 @@ from jaxrl_dist.types import RunState, Trajectory, Transition
 ENV_STREAM = 1
 
 
+def learner_devices(overlap: bool, devices: Any = None) -> tuple[Any, Any]:
+    """(the devices the learner's mesh spans, this process's acting device or None).
+
+    Synchronous (the default): the mesh spans ``devices`` (None: all) and acting uses a local
+    device of the mesh, between updates. Overlapped: acting runs DURING the update, and XLA
+    runs one program at a time per device, so it needs a device of its own: the host CPU beside
+    accelerators, or, on CPUs, each process's last device (the mesh spans the others)."""
+    if not overlap:
+        return devices, None
+    from jaxrl_dist.errors import ConfigError
+    devices = list(jax.devices() if devices is None else devices)
+    if devices[0].platform != "cpu":
+        return devices, jax.local_devices(backend="cpu")[0]
+    if sum(d.process_index == jax.process_index() for d in devices) < 2:
+        raise ConfigError("overlap_actors needs an actor device apart from the learner's: on "
+                          "CPUs give each process 2 or more devices (--cpu-devices 2, or "
+                          "--cpu-devices-per-proc 2 with the launcher): the last one acts")
+    last: dict[int, Any] = {}   # each process's last device acts
+    for d in devices:
+        if d.process_index not in last or d.id > last[d.process_index].id:
+            last[d.process_index] = d
+    return [d for d in devices if d not in last.values()], last[jax.process_index()]
+
+
 def process_rows(sharding: jax.sharding.Sharding, total: int) -> tuple[int, int]:
     """The global indices ``[start, stop)`` this process's devices hold of ``total`` rows."""
     spans = sorted(index[0].indices(total)[:2]
@@ -58,7 +82,8 @@ class HostActors:
     program's signature."""
 
     def __init__(self, learner: Learner, spec: EnvSpec, sizes: Sizes, eval_episodes: int,
-                 deterministic: bool, seed_key: Any, updates_done: int):
+                 deterministic: bool, seed_key: Any, updates_done: int,
+                 actor_device: Any = None):
         self.learner, self.spec, self.agent = learner, spec, learner.agent
         layout = learner.layout
         sharding = layout.sharding(layout.envs)
@@ -66,8 +91,11 @@ class HostActors:
         self.start, self.stop = process_rows(sharding, self.num_envs)
         self.eval_start, self.eval_stop = process_rows(sharding, eval_episodes)
         self.T = self.agent.steps_per_env
-        self.device = next(d for d in layout.mesh.devices.flat
-                           if d.process_index == jax.process_index())
+        # acting between updates on a local device of the mesh, or (overlapped) on its own
+        self.overlap = actor_device is not None
+        self.device = actor_device or next(d for d in layout.mesh.devices.flat
+                                           if d.process_index == jax.process_index())
+        self.pending: Trajectory | None = None   # overlapped: the batch acted on meanwhile
         self.deterministic = deterministic
         self.seed_key = np.asarray(seed_key)
         self.steps_sharding = layout.sharding(jax.sharding.PartitionSpec(None, *layout.envs))
@@ -111,6 +139,13 @@ class HostActors:
             action, carry, extras = agent.act(acting, carry, obs, None, noise_t)
             return action, carry, extras, to_env_action(spec, agent.env_action(action))
 
+        def act_packed(acting, carry, obs, noise_all, t):
+            # what the host reads back each step, one array per dtype: each output is its own
+            # device-to-host copy, and a step's cost is mostly such fixed overheads
+            action, carry, extras, env_action = act(acting, carry, obs, noise_all, t)
+            packed, self._unpack = rollout.pack_by_dtype((action, extras, env_action))
+            return packed, carry
+
         def reset_carry(carry, initial, done):
             return jax.tree.map(lambda c0, c: jax.vmap(jnp.where)(done, c0, c), initial, carry)
 
@@ -124,7 +159,9 @@ class HostActors:
             return to_env_action(spec, agent.env_action(action)), carry
 
         self._noise = jax.jit(noise)
-        self._act = jax.jit(act)
+        self._act_shapes = act
+        self._act = jax.jit(act_packed)
+        self._unpack: Callable | None = None   # set when act_packed is traced
         self._reset_carry = jax.jit(reset_carry)
         self._eval_act = jax.jit(eval_act)
         self._acting = jax.jit(lambda train: (agent.acting(train), agent.policy_params(train)))
@@ -141,7 +178,10 @@ class HostActors:
     def collect(self, train: Any) -> Trajectory:
         """``T`` steps of this process's environments with ``train``'s policy, as a global
         trajectory [T, E] (every process calls it: the arrays span the mesh)."""
-        local = self._local(train)
+        return self._collect(self._local(train))
+
+    def _collect(self, local: Any) -> Trajectory:
+        """:meth:`collect` from this process's copy of the train state (on the acting device)."""
         acting, _ = self._acting(local)
         noise = self._noise(local.key, self.env_ids)
         has_carry = bool(jax.tree.leaves(self.carry))
@@ -151,9 +191,8 @@ class HostActors:
             "obs", "action", "reward", "terminated", "truncated", "finished_return",
             "finished_length", "extras", "final_obs")}
         for t in range(self.T):
-            action, self.carry, extras, env_action = self._act(
-                acting, self.carry, self._put(self.obs), noise, np.int32(t))
-            action, extras, env_action = jax.device_get((action, extras, env_action))
+            packed, self.carry = self._act(acting, self.carry, self.obs, noise, np.int32(t))
+            action, extras, env_action = self._unpack(jax.device_get(packed))
             out = self.envs.step(env_action)
             done = out.terminated | out.truncated
             self.episode_return += out.reward
@@ -199,8 +238,15 @@ class HostActors:
         def run(state: RunState) -> tuple[RunState, dict]:
             metrics = []
             for _ in range(n):
-                trajectory = self.collect(state.train)
+                if not self.overlap:
+                    trajectory = self.collect(state.train)
+                else:   # learn from the batch acted on during the last update, and act on
+                    # the next one meanwhile with a copy of the parameters it starts from
+                    trajectory = self.pending or self.collect(state.train)
+                    local = self._local(state.train)   # copied before learn donates them
                 train, data, m = self.learn(state.train, state.data, trajectory)
+                if self.overlap:   # runs while the learner's device updates
+                    self.pending = self._collect(local)
                 state = state._replace(train=train, data=data)
                 metrics.append(m)
             return state, self._stack(metrics)
@@ -216,7 +262,7 @@ class HostActors:
                                jax.ShapeDtypeStruct((E,), np.int32))
         carry = jax.eval_shape(self._initial_carry, jax.ShapeDtypeStruct((E,), np.int32))
         acting = jax.eval_shape(lambda tr: self.agent.acting(tr), local)
-        action, _, extras, _ = jax.eval_shape(self._act, acting, carry, obs, noise,
+        action, _, extras, _ = jax.eval_shape(self._act_shapes, acting, carry, obs, noise,
                                               jax.ShapeDtypeStruct((), np.int32))
 
         def over_time(x, sharding=self.steps_sharding):

@@ -94,6 +94,12 @@ class Config:
         "an update whose loss, gradient or new parameters are not finite is skipped (its "
         "changes dropped, counted as nonfinite_skipped); this many in a row stop the run with "
         "an error (exit 65) naming them and the last checkpoint", default=10)
+    overlap_actors: bool = _doc(
+        "host environments (gymnasium:): step the next batch while the learner updates, "
+        "acting with the parameters of one update before (one update of policy lag, as "
+        "Cleanba); needs an actor device apart from the learner's: the host CPU beside "
+        "accelerators, or a CPU process's last device (--cpu-devices N: N-1 learn, 1 acts). "
+        "Reproducible run to run, but not equal to the synchronous default", default=False)
     matmul_precision: str = _doc(
         "float32 matmuls and convolutions: 'default' = the backend's (TF32 on Ampere/Hopper "
         "GPUs, full float32 on CPUs), 'float32' (full, to compare a GPU with a CPU), "

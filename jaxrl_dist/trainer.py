@@ -113,7 +113,7 @@ def setup(*, config: Config, run_dir: str | Path | None, resume: bool, env: Any,
     ready = compile_and_init(config=config, learner=parts.learner, layout=parts.layout,
                              sizes=parts.sizes, seed_keys=seed_keys, swept=swept,
                              checkpointer=opened.checkpointer, restore=opened.restore,
-                             spec=parts.spec)
+                             spec=parts.spec, actor_device=parts.actor_device)
     reporter = _make_reporter(run_dir=opened.path, sizes=parts.sizes, progress=progress,
                               resume=resume, updates_done=ready.updates_done)
     run = Run(config=config, sizes=parts.sizes, layout=parts.layout, learner=parts.learner,
@@ -143,6 +143,7 @@ class _Parts(NamedTuple):
     spec: EnvSpec
     device_kind: str
     learner: programs.Learner
+    actor_device: Any = None   # host environments' acting device apart from the mesh (overlap)
 
 
 def _build(*, config: Config, env: Any, env_params: Any,
@@ -151,16 +152,20 @@ def _build(*, config: Config, env: Any, env_params: Any,
     before a run dir exists."""
     pop = config.population
     members = population.members(config) if pop.enabled else None
+    spec = make_env_from_config(config, env, env_params)
+    if config.overlap_actors and spec.autoreset != "host":
+        raise ConfigError(f"overlap_actors applies to host environments (gymnasium:), not to "
+                          f"{spec.name}, which is stepped inside the program")
+    devices, actor_device = actors_lib.learner_devices(config.overlap_actors, devices)
     layout = sharding.make_layout(devices, len(members) if members else None,
                                   pop.member_devices)
     sizes = sizes_lib.derive_sizes(config, layout.data_size)
-    spec = make_env_from_config(config, env, env_params)
     device_kind = integrity.check_device_kinds()
     if device_kind == "cpu" or spec.autoreset == "host":   # CPUs compute what must agree
         integrity.check_vector_extensions()
     integrity.check_processes_agree(config)
     learner = make_learner(config, sizes, spec, layout)
-    return _Parts(members, layout, sizes, spec, device_kind, learner)
+    return _Parts(members, layout, sizes, spec, device_kind, learner, actor_device)
 
 
 class _RunDir(NamedTuple):
@@ -221,7 +226,8 @@ def _lower_update(learner: programs.Learner, abstract: Any, n: int) -> Any:
 
 def _compile_and_init(*, config: Config, learner: programs.Learner, layout: sharding.Layout,
                       sizes: sizes_lib.Sizes, seed_keys: Any, swept: Any,
-                      checkpointer: Checkpointer, restore: bool, spec: EnvSpec) -> _Ready:
+                      checkpointer: Checkpointer, restore: bool, spec: EnvSpec,
+                      actor_device: Any = None) -> _Ready:
     """Trace the programs, then compile them on a worker thread (XLA releases the GIL) while
     this thread compiles and runs init and restores a checkpoint. The eval program compiles
     on the worker too; it and init, which run once, compile at a cheaper level."""
@@ -264,7 +270,7 @@ def _compile_and_init(*, config: Config, learner: programs.Learner, layout: shar
 def _compile_and_init_host(*, config: Config, learner: programs.Learner,
                            layout: sharding.Layout, sizes: sizes_lib.Sizes, seed_keys: Any,
                            swept: Any, checkpointer: Checkpointer, restore: bool,
-                           spec: EnvSpec) -> _Ready:
+                           spec: EnvSpec, actor_device: Any = None) -> _Ready:
     """For host environments: init (or restore) the state, open this process's environments
     (seeded from the update it starts at) and compile ``learn_next``, which every call of
     the host actors runs once per update."""
@@ -277,7 +283,8 @@ def _compile_and_init_host(*, config: Config, learner: programs.Learner,
         state, updates_done = _restore(config=config, learner=learner,
                                        checkpointer=checkpointer, state=state)
     host = actors_lib.HostActors(learner, spec, sizes, config.eval_episodes,
-                                 config.eval_deterministic, seed_keys, updates_done)
+                                 config.eval_deterministic, seed_keys, updates_done,
+                                 actor_device)
     abstract = learner.abstract_state()
     begin = time.perf_counter()
     host.learn = learner.learn_next.lower(abstract.train, abstract.data,
@@ -326,8 +333,11 @@ def _start(run: Run, *, restored: bool, note: str | None, compile_start: float) 
                        env_steps=run.updates_done * sizes.batch_size)
     rebuilt = summary_lib.rebuilt_on_resume(run)
     rebuilt = f" (not in checkpoints, started afresh: {', '.join(rebuilt)})" if rebuilt else ""
+    host = run.host_actors
+    overlap = (f", acting on {host.device} during updates (overlap_actors)"
+               if host is not None and host.overlap else "")
     run.reporter.message(
-        f"jaxrl_dist: {run.env_name} | {layout.describe()} x {sizes.local_envs} envs, "
+        f"jaxrl_dist: {run.env_name} | {layout.describe()} x {sizes.local_envs} envs{overlap}, "
         f"{distributed.process_count()} process(es) | {sizes.num_updates} updates of "
         f"{sizes.batch_size} steps{f', resuming at {run.updates_done}' if restored else ''}"
         f"{rebuilt} | "

@@ -28,7 +28,8 @@ CORRIDOR = "gymnasium:jaxrl_test/Corridor-v0"
 HOST_ARGS = ["--set", f"env={CORRIDOR}", "--set", "num_envs=4", "--set", "ppo.num_steps=16",
              "--set", "total_timesteps=768", "--set", "updates_per_call=3",
              "--set", "ppo.num_minibatches=2", "--set", "ppo.update_epochs=2",
-             "--set", "checkpoint_every=3", "--set", "eval_episodes=4"]
+             "--set", "checkpoint_every=3", "--set", "eval_episodes=4",
+             "--set", "ppo.normalize_observations=true"]   # statistics over every process
 
 
 @pytest.fixture
@@ -203,6 +204,43 @@ def test_a_users_env_class_and_vector_env_through_the_python_api(tmp_path):
     assert summary["status"] == "completed" and np.isfinite(summary["eval_return"])
     updates, steps = config.total_timesteps // (4 * 16), 16
     assert BatchedDrift.steps_called == updates * steps + 20   # + the final evaluation's
+
+
+@pytest.mark.slow
+def test_overlapped_actors_act_apart_and_repeat_run_to_run(plugin, tmp_path):
+    """overlap_actors: the last device acts during the updates, one update behind; two runs
+    agree bit for bit, and differ from the synchronous run (the policy lag)."""
+    import jax
+
+    from jaxrl_dist.trainer import train
+
+    config = _tiny("ppo", env=CORRIDOR, overlap_actors=True)
+    runs = [train(config, tmp_path / f"o{i}", devices=jax.devices()[:2], progress=False)
+            for i in range(2)]
+    assert runs[0]["num_devices"] == 1   # the second device acted
+    assert runs[0]["param_fingerprint"] == runs[1]["param_fingerprint"]
+    sync = train(_tiny("ppo", env=CORRIDOR), tmp_path / "s", devices=jax.devices()[:1],
+                 progress=False)
+    assert sync["param_fingerprint"] != runs[0]["param_fingerprint"]
+
+
+@pytest.mark.parametrize("env,devices,words", [
+    (CORRIDOR, 1, ["overlap_actors needs an actor device", "--cpu-devices 2"]),
+    ("CartPole-v1", 2, ["overlap_actors applies to host environments", "CartPole-v1"]),
+])
+def test_overlap_actors_without_an_actor_device_or_host_env_is_one_line(env, devices, words,
+                                                                       plugin, tmp_path):
+    import jax
+
+    from jaxrl_dist.errors import ConfigError
+    from jaxrl_dist.trainer import train
+
+    with pytest.raises(ConfigError) as error:
+        train(_tiny("ppo", env=env, overlap_actors=True), tmp_path / "run",
+              devices=jax.devices()[:devices], progress=False)
+    message = str(error.value)
+    assert len(message.splitlines()) == 1 and all(w in message for w in words), message
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow
