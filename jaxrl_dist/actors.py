@@ -102,10 +102,13 @@ class HostActors:
         self.obs_sharding = sharding
         self._compile_local()
         self.learn = learner.learn_next   # the trainer puts its ahead-of-time compile here
-        self.envs: HostEnvs | None = None
+        self.envs: HostEnvs | None = spec.host(self.stop - self.start)
         self.eval_envs: HostEnvs | None = None
-        self.envs = spec.host(self.stop - self.start)
-        self.eval_envs = spec.host(self.eval_stop - self.eval_start)
+        try:
+            self.eval_envs = spec.host(self.eval_stop - self.eval_start)
+        except BaseException:   # no half-opened set of workers left behind
+            self.close()
+            raise
         env_key = jax.random.fold_in(jax.random.split(self.seed_key, 3)[ENV_STREAM],
                                      updates_done)
         self.obs = self.envs.reset(self._seeds(env_key, self.start, self.stop))

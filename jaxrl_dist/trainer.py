@@ -276,7 +276,6 @@ def _compile_and_init_host(*, config: Config, learner: programs.Learner,
     the host actors runs once per update."""
     once = compile_cache.run_once_options(layout.mesh.devices.flat)
     seconds: dict[str, float] = {}
-    begin = time.perf_counter()
     state = learner.init_program.lower(seed_keys, swept, ()).compile(once)(seed_keys, swept, ())
     updates_done = 0
     if restore:
@@ -285,11 +284,15 @@ def _compile_and_init_host(*, config: Config, learner: programs.Learner,
     host = actors_lib.HostActors(learner, spec, sizes, config.eval_episodes,
                                  config.eval_deterministic, seed_keys, updates_done,
                                  actor_device)
-    abstract = learner.abstract_state()
-    begin = time.perf_counter()
-    host.learn = learner.learn_next.lower(abstract.train, abstract.data,
-                                          host.abstract_trajectory()).compile()
-    seconds["update"] = time.perf_counter() - begin
+    try:
+        abstract = learner.abstract_state()
+        begin = time.perf_counter()
+        host.learn = learner.learn_next.lower(abstract.train, abstract.data,
+                                              host.abstract_trajectory()).compile()
+        seconds["update"] = time.perf_counter() - begin
+    except BaseException:   # the run never starts: its environments' workers end now
+        host.close()
+        raise
     compiled = {n: host.updates(n) for n in set(sizes_lib.calls(sizes, updates_done))}
     jax.block_until_ready(state)
     return _Ready(state, updates_done, compiled, host.evaluate, seconds, host)
