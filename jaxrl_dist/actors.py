@@ -30,7 +30,7 @@ from jaxrl_dist import distributed, rollout
 from jaxrl_dist.envs import EnvSpec, to_env_action
 from jaxrl_dist.envs.host import HostEnvs
 from jaxrl_dist.envs.pool import seeds_of
-from jaxrl_dist.evaluate import EVAL_STREAM
+from jaxrl_dist.evaluate import EVAL_STREAM, eval_action
 from jaxrl_dist.programs import Learner
 from jaxrl_dist.running_stats import moments_from_sums
 from jaxrl_dist.sizes import Sizes
@@ -102,10 +102,10 @@ class HostActors:
         self.obs_sharding = sharding
         self._compile_local()
         self.learn = learner.learn_next   # the trainer puts its ahead-of-time compile here
-        self.envs: HostEnvs | None = spec.host(self.stop - self.start)
+        self.envs: HostEnvs | None = spec.host(self.stop - self.start, False)
         self.eval_envs: HostEnvs | None = None
         try:
-            self.eval_envs = spec.host(self.eval_stop - self.eval_start)
+            self.eval_envs = spec.host(self.eval_stop - self.eval_start, True)
         except BaseException:   # no half-opened set of workers left behind
             self.close()
             raise
@@ -153,13 +153,10 @@ class HostActors:
             return jax.tree.map(lambda c0, c: jax.vmap(jnp.where)(done, c0, c), initial, carry)
 
         def eval_act(policy_params, acting, carry, obs, key, t, env_ids):
-            if self.deterministic:
-                return agent.policy(policy_params, obs, None), carry
             keys = rollout.env_keys(jax.random.fold_in(key, t), env_ids)
-            noise_t = jax.vmap(lambda k: jax.tree.map(
-                lambda x: x[0], agent.noise(jax.random.fold_in(k, 1), 1)))(keys)
-            action, carry, _ = agent.act(acting, carry, obs, None, noise_t)
-            return to_env_action(spec, agent.env_action(action)), carry
+            action, carry = eval_action(agent, self.deterministic, policy_params, acting,
+                                        carry, obs, None, keys)
+            return to_env_action(spec, action), carry   # a host env gets its bounds' actions
 
         self._noise = jax.jit(noise)
         self._act_shapes = act
@@ -245,7 +242,8 @@ class HostActors:
                     trajectory = self.collect(state.train)
                 else:   # learn from the batch acted on during the last update, and act on
                     # the next one meanwhile with a copy of the parameters it starts from
-                    trajectory = self.pending or self.collect(state.train)
+                    trajectory = (self.pending if self.pending is not None
+                                  else self.collect(state.train))
                     local = self._local(state.train)   # copied before learn donates them
                 train, data, m = self.learn(state.train, state.data, trajectory)
                 if self.overlap:   # runs while the learner's device updates

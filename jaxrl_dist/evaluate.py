@@ -35,6 +35,21 @@ def _device_varying(tree: Any, axes: tuple[str, ...]) -> Any:
     return jax.tree.map(cast, tree)
 
 
+def eval_action(agent: Agent, deterministic: bool, policy_params: Any, acting: Any,
+                carry: Any, obs: jax.Array, mask: jax.Array | None, keys: jax.Array
+                ) -> tuple[jax.Array, Any]:
+    """The environment actions an evaluation step takes, and the next carry: the policy's mode
+    (``agent.policy``), or actions sampled as in training with each environment's noise from
+    its own step key ``keys`` [E] (the same on any topology). Shared by the on-device
+    evaluation and the host actors'."""
+    if deterministic:
+        return agent.policy(policy_params, obs, mask), carry
+    noise = jax.vmap(lambda k: jax.tree.map(
+        lambda x: x[0], agent.noise(jax.random.fold_in(k, 1), 1)))(keys)
+    action, carry, _ = agent.act(acting, carry, obs, mask, noise)
+    return agent.env_action(action), carry
+
+
 def make_eval_program(agent: Agent, spec: EnvSpec, layout: Layout, episodes: int,
                       deterministic: bool, options: CompileOptions, pools_spec: Any = ()
                       ) -> Callable[..., dict[str, jax.Array]]:
@@ -71,15 +86,8 @@ def make_eval_program(agent: Agent, spec: EnvSpec, layout: Layout, episodes: int
             t, actors, ret, length, done = carry
             slots = actors.env
             keys = rollout.env_keys(jax.random.fold_in(key_steps, t), env_ids)
-            if deterministic:
-                carry_next, action = actors.carry, agent.policy(policy_params, slots.obs,
-                                                                slots.mask)
-            else:   # per-environment noise from its own key: the same on any topology
-                noise = jax.vmap(lambda k: jax.tree.map(
-                    lambda x: x[0], agent.noise(jax.random.fold_in(k, 1), 1)))(keys)
-                action, carry_next, _ = agent.act(acting, actors.carry, slots.obs, slots.mask,
-                                                  noise)
-                action = agent.env_action(action)
+            action, carry_next = eval_action(agent, deterministic, policy_params, acting,
+                                             actors.carry, slots.obs, slots.mask, keys)
             slots, out = envs_lib.step(spec, envs_lib.step_keys(keys), slots, action,
                                       autoreset=False,   # one episode each
                                       batch_axis=options.batch_axis)

@@ -70,20 +70,28 @@ def local_device_kind() -> str:
     return kinds[0]
 
 
+def _exchange_and_group(name: str, value: str) -> tuple[str, str | None]:
+    """Every process's ``value`` through the coordination service (no device program runs):
+    (rank 0's value, None if every process agrees, else "rank(s) 0, 2: A; rank(s) 1: B")."""
+    values = distributed.exchange_text(name, value)
+    groups: dict[str, list[int]] = {}
+    for rank, v in enumerate(values):
+        groups.setdefault(v, []).append(rank)
+    if len(groups) == 1:
+        return values[0], None
+    return values[0], "; ".join(f"rank(s) {', '.join(map(str, ranks))}: {v or 'unknown'}"
+                                for v, ranks in groups.items())
+
+
 def check_device_kinds() -> str:
     """Every process must have the same kind of device (XLA compiles one program for the
     job; different GPU models cannot share it). Compared through the coordination service,
     before any collective runs on the devices. Returns the kind."""
-    kinds = distributed.exchange_text("device_kind", local_device_kind())
-    groups: dict[str, list[int]] = {}
-    for rank, kind in enumerate(kinds):
-        groups.setdefault(kind, []).append(rank)
-    if len(groups) > 1:
-        described = "; ".join(f"rank(s) {', '.join(map(str, ranks))}: {kind}"
-                              for kind, ranks in groups.items())
+    kind, described = _exchange_and_group("device_kind", local_device_kind())
+    if described:
         raise RunError(f"processes have different device kinds ({described}); one program "
                        f"cannot span different accelerators: run each kind as its own job")
-    return kinds[0]
+    return kind
 
 
 # The SIMD extensions that change floating-point results: XLA:CPU's kernels, numpy's and a
@@ -117,13 +125,8 @@ def check_vector_extensions() -> None:
     program gives other bits with and without AVX-512, so processes would drift apart."""
     if distributed.process_count() == 1:
         return
-    found = distributed.exchange_text("vector_extensions", local_vector_extensions())
-    groups: dict[str, list[int]] = {}
-    for rank, ext in enumerate(found):
-        groups.setdefault(ext, []).append(rank)
-    if len(groups) > 1:
-        described = "; ".join(f"rank(s) {', '.join(map(str, ranks))}: {ext or 'unknown'}"
-                              for ext, ranks in groups.items())
+    _, described = _exchange_and_group("vector_extensions", local_vector_extensions())
+    if described:
         raise RunError(f"processes run on CPUs with different vector extensions ({described}); "
                        f"their results would differ in the last bits and drift apart: run the "
                        f"job on one CPU kind")

@@ -108,12 +108,14 @@ def setup(*, config: Config, run_dir: str | Path | None, resume: bool, env: Any,
     opened = _open_run_dir(config=config, run_dir=run_dir, resume=resume, learner=parts.learner)
     seed_keys, swept = _seed_keys(config=config, layout=parts.layout, members=parts.members)
     compile_start = time.perf_counter()
-    compile_and_init = (_compile_and_init_host if parts.spec.autoreset == "host"
-                        else _compile_and_init)
-    ready = compile_and_init(config=config, learner=parts.learner, layout=parts.layout,
-                             sizes=parts.sizes, seed_keys=seed_keys, swept=swept,
-                             checkpointer=opened.checkpointer, restore=opened.restore,
-                             spec=parts.spec, actor_device=parts.actor_device)
+    common = dict(config=config, learner=parts.learner, layout=parts.layout, sizes=parts.sizes,
+                  seed_keys=seed_keys, swept=swept, checkpointer=opened.checkpointer,
+                  restore=opened.restore)
+    if parts.spec.autoreset == "host":   # environments this process steps on its CPUs
+        ready = _compile_and_init_host(**common, spec=parts.spec,
+                                       actor_device=parts.actor_device)
+    else:
+        ready = _compile_and_init(**common)
     reporter = _make_reporter(run_dir=opened.path, sizes=parts.sizes, progress=progress,
                               resume=resume, updates_done=ready.updates_done)
     run = Run(config=config, sizes=parts.sizes, layout=parts.layout, learner=parts.learner,
@@ -226,8 +228,7 @@ def _lower_update(learner: programs.Learner, abstract: Any, n: int) -> Any:
 
 def _compile_and_init(*, config: Config, learner: programs.Learner, layout: sharding.Layout,
                       sizes: sizes_lib.Sizes, seed_keys: Any, swept: Any,
-                      checkpointer: Checkpointer, restore: bool, spec: EnvSpec,
-                      actor_device: Any = None) -> _Ready:
+                      checkpointer: Checkpointer, restore: bool) -> _Ready:
     """Trace the programs, then compile them on a worker thread (XLA releases the GIL) while
     this thread compiles and runs init and restores a checkpoint. The eval program compiles
     on the worker too; it and init, which run once, compile at a cheaper level."""

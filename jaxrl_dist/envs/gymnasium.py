@@ -20,7 +20,7 @@ import numpy as np
 
 from jaxrl_dist import plugins
 from jaxrl_dist.envs.base import EnvSpec
-from jaxrl_dist.envs.host import VectorEnvs, same_step_mode
+from jaxrl_dist.envs.host import VectorEnvs, require_same_step
 from jaxrl_dist.errors import EnvError, unknown_env
 
 VECTORIZATION = ("sync", "async", "vector")
@@ -116,20 +116,15 @@ def make(name: str, episode_length: int | None = None, **kwargs: Any) -> EnvSpec
         limit = env.spec.max_episode_steps if env.spec is not None else None
     finally:
         env.close()
-    discrete = not fields["continuous"]
-    obs_dtype = np.uint8 if fields["obs_dtype"] == "uint8" else np.float32
 
-    def open_envs(num_envs: int) -> VectorEnvs:
+    def open_vector(num_envs: int, evaluation: bool) -> Any:
         if mode == "vector":   # the id's batched simulator, as it is (it must be SAME_STEP)
-            vec = gym.make_vec(name, num_envs=num_envs, vectorization_mode="vector_entry_point",
-                               **make_kwargs)
-        else:
-            vec = gym.make_vec(name, num_envs=num_envs, vectorization_mode=mode,
-                               vector_kwargs=_vector_kwargs(mode), **make_kwargs)
-        return VectorEnvs(vec, f"gymnasium:{name}", obs_dtype, timeout, discrete)
+            return gym.make_vec(name, num_envs=num_envs,
+                                vectorization_mode="vector_entry_point", **make_kwargs)
+        return gym.make_vec(name, num_envs=num_envs, vectorization_mode=mode,
+                            vector_kwargs=_vector_kwargs(mode), **make_kwargs)
 
-    return EnvSpec(adapter=None, autoreset="host", name=f"gymnasium:{name}", host=open_envs,
-                   max_episode_steps=int(limit or DEFAULT_MAX_STEPS), **fields)
+    return _host_spec(f"gymnasium:{name}", fields, limit, timeout, open_vector)
 
 
 def from_object(env: Any, episode_length: int | None = None,
@@ -152,49 +147,34 @@ def from_object(env: Any, episode_length: int | None = None,
                        f"object; configure it before passing it")
     if isinstance(env, gym.vector.VectorEnv):
         name = _name(env)
-        if not same_step_mode(env):
-            VectorEnvs(env, name, np.float32, timeout, True)   # raises the one-line error
+        require_same_step(env, name)
         fields = _spaces(name, env.single_observation_space, env.single_action_space)
-        obs_dtype = np.uint8 if fields["obs_dtype"] == "uint8" else np.float32
 
-        opened = []
-
-        def given(num_envs: int) -> VectorEnvs:
-            if opened:   # evaluation: copies of its first environment, apart from training's
+        def given(num_envs: int, evaluation: bool) -> Any:
+            if evaluation:   # copies of its first environment, apart from training's
                 fns = getattr(env, "env_fns", None)
                 if not fns:
                     raise EnvError(f"{name}: evaluation needs environments apart from the "
                                    f"training ones and this vector env cannot make more (no "
                                    f"env_fns); pass an environment factory instead")
-                copy = gym.vector.SyncVectorEnv([fns[0]] * num_envs,
-                                                **_vector_kwargs("sync"))
-                return VectorEnvs(copy, name, obs_dtype, timeout, not fields["continuous"])
-            opened.append(True)
+                return gym.vector.SyncVectorEnv([fns[0]] * num_envs, **_vector_kwargs("sync"))
             if num_envs != env.num_envs:
                 raise EnvError(f"{name}: the vector env holds {env.num_envs} environments but "
                                f"this process steps {num_envs} (num_envs / processes); build "
                                f"it with {num_envs}")
-            return VectorEnvs(env, name, obs_dtype, timeout, not fields["continuous"])
-        limit = episode_length or DEFAULT_MAX_STEPS
-        return EnvSpec(adapter=None, autoreset="host", name=name, host=given, max_episode_steps=int(limit),
-                       **fields)
+            return env
+        return _host_spec(name, fields, episode_length, timeout, given)
     if isinstance(env, type) and issubclass(env, gym.vector.VectorEnv):
         # a batched simulator's class: built with num_envs, for training and for evaluation
         probe = env(num_envs=1)
         name = _name(probe)
         try:
             fields = _spaces(name, probe.single_observation_space, probe.single_action_space)
-            if not same_step_mode(probe):
-                VectorEnvs(probe, name, np.float32, timeout, True)   # the one-line error
+            require_same_step(probe, name)
         finally:
             probe.close()
-        obs_dtype = np.uint8 if fields["obs_dtype"] == "uint8" else np.float32
-
-        def build(num_envs: int) -> VectorEnvs:
-            return VectorEnvs(env(num_envs=num_envs), name, obs_dtype, timeout,
-                              not fields["continuous"])
-        return EnvSpec(adapter=None, autoreset="host", name=name, host=build,
-                       max_episode_steps=int(episode_length or DEFAULT_MAX_STEPS), **fields)
+        return _host_spec(name, fields, episode_length, timeout,
+                          lambda num_envs, evaluation: env(num_envs=num_envs))
     if not callable(env):
         raise EnvError(f"environment object {type(env).__name__} is not a gymnasium.Env "
                        f"class or factory, a gymnasium VectorEnv, or a gymnax environment")
@@ -215,12 +195,22 @@ def from_object(env: Any, episode_length: int | None = None,
         limit = episode_length or (probe.spec.max_episode_steps if probe.spec else None)
     finally:
         probe.close()
-    obs_dtype = np.uint8 if fields["obs_dtype"] == "uint8" else np.float32
 
-    def open_envs(num_envs: int) -> VectorEnvs:
+    def open_vector(num_envs: int, evaluation: bool) -> Any:
         cls = gym.vector.AsyncVectorEnv if mode == "async" else gym.vector.SyncVectorEnv
-        vec = cls([make_one] * num_envs, **_vector_kwargs(mode))
-        return VectorEnvs(vec, name, obs_dtype, timeout, not fields["continuous"])
+        return cls([make_one] * num_envs, **_vector_kwargs(mode))
+
+    return _host_spec(name, fields, limit, timeout, open_vector)
+
+
+def _host_spec(name: str, fields: dict[str, Any], limit: int | None, timeout: float,
+               open_vector: Callable[[int, bool], Any]) -> EnvSpec:
+    """The spec of a host environment whose vector envs ``open_vector(num_envs, evaluation)``
+    builds; ``limit`` bounds evaluation episodes (the default when the env has none)."""
+    obs_dtype, discrete = np.dtype(fields["obs_dtype"]), not fields["continuous"]
+
+    def open_envs(num_envs: int, evaluation: bool) -> VectorEnvs:
+        return VectorEnvs(open_vector(num_envs, evaluation), name, obs_dtype, timeout, discrete)
 
     return EnvSpec(adapter=None, autoreset="host", name=name, host=open_envs,
                    max_episode_steps=int(limit or DEFAULT_MAX_STEPS), **fields)

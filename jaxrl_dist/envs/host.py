@@ -45,16 +45,21 @@ class HostEnvs(Protocol):
     def close(self) -> None: ...
 
 
-# Opens ``num_envs`` environments of a spec for one process: (num_envs) -> HostEnvs.
-HostFactory = Callable[[int], HostEnvs]
+# Opens this process's environments of a spec: (num_envs, evaluation) -> HostEnvs; called once
+# for training's and once for evaluation's (``evaluation=True``), which must be apart.
+HostFactory = Callable[[int, bool], HostEnvs]
 
 
-def same_step_mode(vector_env: Any) -> bool:
-    """Whether a Gymnasium vector env declares SAME_STEP auto-reset (in its metadata, as
-    Gymnasium >= 1.1's vector envs do); a mode that is not declared cannot be trusted."""
+def require_same_step(vector_env: Any, name: str) -> None:
+    """A one-line error unless a Gymnasium vector env declares SAME_STEP auto-reset in its
+    metadata (as Gymnasium >= 1.1's vector envs do); a mode not declared cannot be trusted."""
     from gymnasium.vector import AutoresetMode
     mode = getattr(vector_env, "metadata", {}).get("autoreset_mode")
-    return mode in (AutoresetMode.SAME_STEP, AutoresetMode.SAME_STEP.value)
+    if mode not in (AutoresetMode.SAME_STEP, AutoresetMode.SAME_STEP.value):
+        raise EnvError(
+            f"{name}: the vector env's auto-reset mode is {mode!r}; jaxrl_dist needs "
+            f"SAME_STEP (the real final observation of every episode): create it with "
+            f"autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP")
 
 
 class VectorEnvs:
@@ -66,12 +71,7 @@ class VectorEnvs:
 
     def __init__(self, env: Any, name: str, obs_dtype: np.dtype, step_timeout: float | None,
                  discrete: bool):
-        if not same_step_mode(env):
-            mode = getattr(env, "metadata", {}).get("autoreset_mode")
-            raise EnvError(
-                f"{name}: the vector env's auto-reset mode is {mode!r}; jaxrl_dist needs "
-                f"SAME_STEP (the real final observation of every episode): create it with "
-                f"autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP")
+        require_same_step(env, name)
         self.env, self.name, self.num_envs = env, name, int(env.num_envs)
         self.obs_dtype, self.discrete = np.dtype(obs_dtype), discrete
         self.step_timeout = step_timeout
