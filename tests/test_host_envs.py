@@ -341,5 +341,49 @@ def test_processes_on_cpus_with_other_vector_extensions_are_refused(tmp_path):
     assert not (tmp_path / "run" / "checkpoints").exists()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_sigterm_saves_on_every_process_and_resumes(tmp_path):
+    """SIGTERM to a 2-process host-env job: both ranks stop at the same update with status
+    preempted and exit 75, the checkpoint is where they stopped, and --resume (here on 1
+    process x 2 devices) finishes the run."""
+    import json
+    import signal
+    import subprocess
+
+    from helpers import _env
+
+    run = tmp_path / "run"
+    long_run = [*HOST_ARGS, "--set", "total_timesteps=64000", "--set", "checkpoint_every=0"]
+    launcher = subprocess.Popen(
+        [sys.executable, "-m", "jaxrl_dist.launch", "--nproc-per-node", "2",
+         "--cpu-devices-per-proc", "1", "configs/gymnasium_cartpole.yaml", *long_run,
+         "--run-dir", str(run), "--no-progress"],
+        env=_env(**PLUGIN), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not ((run / "metrics.jsonl").exists()
+                   and (run / "metrics.jsonl").read_text().count("\n") >= 1):
+            assert time.monotonic() < deadline and launcher.poll() is None, "no training"
+            time.sleep(0.2)
+        launcher.send_signal(signal.SIGTERM)
+        _, err = launcher.communicate(timeout=60)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == 75, err[-3000:]
+    stopped = summaries(run / "logs")
+    assert stopped[0]["status"] == stopped[1]["status"] == "preempted"
+    assert stopped[0]["env_steps"] == stopped[1]["env_steps"] < 64000
+    assert stopped[0]["param_fingerprint"] == stopped[1]["param_fingerprint"]
+    _, meta = params_of(run)
+    assert meta["updates"] * 64 == stopped[0]["env_steps"]   # saved where they stopped
+    proc, resumed = train_cli(run, "--resume", devices=2, args=long_run,
+                              config="configs/gymnasium_cartpole.yaml", timeout=240, **PLUGIN)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"resuming at {meta['updates']}" in proc.stderr
+    assert resumed["env_steps"] == 64000 and resumed["status"] == "completed"
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+
+
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
