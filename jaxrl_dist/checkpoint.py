@@ -244,6 +244,9 @@ def read_checkpoint(directory: str | Path, step: int | None = None, item: str = 
         step = manager.latest_step() if step is None else step
         if step is None:
             raise CheckpointError(f"no checkpoint in {directory}")
+        if step not in manager.all_steps():
+            raise CheckpointError(f"no checkpoint {step} in {directory} (it has "
+                                  f"{', '.join(map(str, sorted(manager.all_steps())))})")
         tree = manager.item_metadata(step).get(item)
         if tree is None:
             raise CheckpointError(f"checkpoint {step} in {directory} has no '{item}' item "

@@ -1,0 +1,57 @@
+"""Play Gymnasium's CartPole-v1 with an exported policy: numpy, onnxruntime and gymnasium only,
+no jax and no jaxrl_dist.
+
+    python -m jaxrl_dist.export RUN_DIR                  # writes RUN_DIR/policy.onnx
+    python examples/onnx_cartpole.py RUN_DIR/policy.onnx --episodes 5 --seed 0
+
+prints each episode's return (episode i is reset with seed SEED + i) and their mean. The
+trainer's CartPole is gymnax's; its policy takes Gymnasium's observation, the same 4 floats.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import gymnasium
+import numpy as np
+import onnxruntime
+
+
+def play(model_path: str, seeds: list[int]) -> list[float]:
+    """One episode per seed, actions from the ONNX policy; their undiscounted returns."""
+    session = onnxruntime.InferenceSession(model_path, providers=["CPUExecutionProvider"])
+    env = gymnasium.make("CartPole-v1")
+    returns = []
+    for seed in seeds:
+        obs, _ = env.reset(seed=seed)
+        total, done = 0.0, False
+        while not done:
+            action = session.run(["actions"], {"obs": obs[None].astype(np.float32)})[0][0]
+            obs, reward, terminated, truncated, _ = env.step(int(action))
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    env.close()
+    return returns
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("model", help="policy.onnx written by python -m jaxrl_dist.export")
+    parser.add_argument("--episodes", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0, help="episode i resets with seed + i")
+    args = parser.parse_args(argv)
+    props = onnxruntime.InferenceSession(
+        args.model, providers=["CPUExecutionProvider"]).get_modelmeta().custom_metadata_map
+    print(f"{props.get('algorithm')} policy for {props.get('env_id')}, "
+          f"action space {json.loads(props.get('action_space', '{}'))}")
+    seeds = [args.seed + i for i in range(args.episodes)]
+    returns = play(args.model, seeds)
+    for seed, ret in zip(seeds, returns):
+        print(f"seed {seed}: return {ret:.1f}")
+    print(f"mean return {np.mean(returns):.1f} over {len(returns)} episodes")
+
+
+if __name__ == "__main__":
+    main()

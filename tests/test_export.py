@@ -1,0 +1,363 @@
+"""``python -m jaxrl_dist.export``: every feed-forward network the trainer builds, as ONNX (and
+StableHLO), acts as ``policy.load`` does; a mismatch writes nothing; bad input is one line.
+
+Policies are built without training: the learner's own parameter tree with every leaf drawn at
+random (biases, LayerNorm scales and normalisation moments included, so a parameter mapped to
+the wrong place shows), checked at batch 1, 2 and 7 by the exporter itself."""
+
+import dataclasses
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import jax
+import numpy as np
+import onnx
+import onnxruntime
+import pytest
+
+from helpers import TINY
+from jaxrl_dist import agents, sharding, typed
+from jaxrl_dist import config as config_lib
+from jaxrl_dist import policy as policy_lib
+from jaxrl_dist.checkpoint import Checkpointer
+from jaxrl_dist.envs import EnvSpec, make_env
+from jaxrl_dist.export import __main__ as cli
+from jaxrl_dist.export import graph, parity
+from jaxrl_dist.export.exporter import config_hash, export_policy
+from jaxrl_dist.export.graph import ExportError
+from jaxrl_dist.sizes import Sizes
+from jaxrl_dist.types import RunState
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _env(name, obs_shape, action_dim, continuous=False, low=None, high=None, masked=False,
+         obs_dtype="float32"):
+    return dict(name=name, obs_shape=list(obs_shape), action_dim=action_dim,
+                continuous=continuous, action_low=low, action_high=high, masked=masked,
+                max_episode_steps=100, obs_dtype=obs_dtype)
+
+
+def _random_like(shapes, seed):
+    """Every leaf random: kernels ~ N(0, 1/fan_in), the rest ~ N(0, 0.1); variances > 0."""
+    rng = np.random.default_rng(seed)
+
+    def draw(path, leaf):
+        name = jax.tree_util.keystr(path)
+        if "var" in name:
+            return rng.uniform(0.2, 4.0, leaf.shape).astype(np.float32)
+        scale = 1 / np.sqrt(np.prod(leaf.shape[:-1])) if "kernel" in name else 0.1
+        return (rng.normal(size=leaf.shape) * scale).astype(np.float32)
+    return jax.tree_util.tree_map_with_path(draw, shapes)
+
+
+def make_policy(algo, section, env, seed=0):
+    """(Policy, its checkpoint record): the learner's policy tree, shaped by eval_shape (no
+    initialiser runs), filled at random."""
+    algorithm = agents.get(algo)
+    spec = EnvSpec.from_description(env)
+    sizes = Sizes(num_devices=1, local_envs=1, steps_per_env=8, batch_size=8, num_updates=1,
+                  updates_per_call=1)
+    agent = algorithm.agent_factory()(typed.build(algorithm.section, section, f"{algo}."),
+                                      sizes, spec, sharding.make_layout(jax.devices()[:1]))
+
+    def policy_tree(key):
+        return agent.policy_params(agent.init(key, agent.init_params(key), {})[0])
+    params = _random_like(jax.eval_shape(policy_tree, jax.random.PRNGKey(0)), seed)
+    record = policy_lib.record(algo, section, spec)
+    fn, spec = policy_lib.make_policy_fn(record)
+    return policy_lib.Policy(fn, params, spec, algo, 0), record
+
+
+def _policy_actions(policy, obs, mask=None):
+    """``policy`` in batches of 7, the size the exporter's parity check compiled."""
+    chunks = [policy(obs[i:i + 7], None if mask is None else mask[i:i + 7])
+              for i in range(0, len(obs), 7)]
+    return np.concatenate(chunks)
+
+
+def _session(path):
+    return onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+
+
+def _ops(path):
+    return {node.op_type for node in onnx.load(str(path)).graph.node}
+
+
+def _export(tmp_path, algo, section, env, opset=17, name="policy.onnx"):
+    policy, record = make_policy(algo, section, env)
+    result = export_policy(policy, record, tmp_path / name, opset=opset)
+    return policy, result
+
+
+# ---------------------------------------------------------------- a run directory, end to end
+
+@pytest.fixture(scope="module")
+def cartpole_run(tmp_path_factory):
+    """A CartPole PPO run directory as the trainer leaves one (its meta and policy items),
+    checkpoints 0 and 3 with different parameters, exported by the command line."""
+    config = config_lib.from_dict(TINY)
+    spec = make_env(config.env)
+    section = config_lib.to_dict(config)["ppo"]
+    record = policy_lib.record("ppo", section, spec)
+    run_dir = tmp_path_factory.mktemp("export") / "run"
+    ckpt = Checkpointer(run_dir / "checkpoints", policy_params=lambda train: train)
+    for step in (0, 3):
+        params = make_policy("ppo", section, record["env"], seed=step)[0].params
+        ckpt.save(RunState(params, (), ()),
+                  {"updates": step, "config": config_lib.to_dict(config), "policy": record,
+                   "members": None})
+    ckpt.close()
+    assert cli.main([str(run_dir)]) == 0
+    return run_dir, config
+
+
+def test_the_command_line_writes_the_files_with_metadata_and_symbolic_batch(cartpole_run):
+    run_dir, config = cartpole_run
+    model = onnx.load(str(run_dir / "policy.onnx"))
+    props = {p.key: p.value for p in model.metadata_props}
+    assert props["env_id"] == "CartPole-v1" and props["algorithm"] == "ppo"
+    assert props["config_hash"] == config_hash(config_lib.to_dict(config))
+    assert props["jaxrl_dist_version"] == "0.1.0" and props["checkpoint_step"] == "3"
+    assert json.loads(props["observation_space"]) == {"shape": [4], "dtype": "float32"}
+    assert json.loads(props["action_space"])["n"] == 2
+    assert model.opset_import[0].version == 17
+    [obs] = model.graph.input
+    assert obs.name == "obs" and obs.type.tensor_type.shape.dim[0].dim_param == "batch"
+    assert [o.name for o in model.graph.output] == ["actions"]
+
+    loaded = policy_lib.load(run_dir)
+    observations = parity.sampled_observations(loaded.spec, 64, seed=5)
+    got = _session(run_dir / "policy.onnx").run(["actions"], {"obs": observations})[0]
+    np.testing.assert_array_equal(got, loaded(observations))
+    exported = jax.export.deserialize((run_dir / "policy.stablehlo").read_bytes())
+    np.testing.assert_array_equal(np.asarray(exported.call(observations)), got)
+
+
+def test_an_existing_default_file_is_kept_and_step_picks_the_checkpoint(cartpole_run, tmp_path,
+                                                                        capsys):
+    run_dir, _ = cartpole_run
+    before = (run_dir / "policy.onnx").read_bytes()
+    assert cli.main([str(run_dir)]) == 2
+    assert "exists; pass -o" in capsys.readouterr().err
+    assert (run_dir / "policy.onnx").read_bytes() == before
+
+    out = tmp_path / "step0.onnx"
+    out.write_text("an older export")                                       # -o replaces
+    assert cli.main([str(run_dir), "--step", "0", "-o", str(out), "--opset", "11"]) == 0
+    observations = parity.sampled_observations(policy_lib.load(run_dir).spec, 64, seed=6)
+    got = _session(out).run(["actions"], {"obs": observations})[0]
+    np.testing.assert_array_equal(got, policy_lib.load(run_dir, step=0)(observations))
+    assert not np.array_equal(got, policy_lib.load(run_dir)(observations))
+
+
+def test_the_example_plays_the_episodes_the_policy_plays(cartpole_run):
+    """examples/onnx_cartpole.py (no jax) on Gymnasium's CartPole returns what policy.load
+    returns on the same seeds."""
+    import gymnasium
+
+    run_dir, _ = cartpole_run
+    seeds = [0, 1, 2]
+    code = ("import runpy, sys; sys.argv = sys.argv[1:]; "
+            "runpy.run_path(sys.argv[0], run_name='__main__'); "
+            "assert 'jax' not in sys.modules and 'jaxrl_dist' not in sys.modules")
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT / "examples/onnx_cartpole.py"),
+                          str(run_dir / "policy.onnx"), "--episodes", "3", "--seed", "0"],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    printed = [float(line.split()[-1]) for line in out.stdout.splitlines()
+               if line.startswith("seed ")]
+
+    loaded, env, expected = policy_lib.load(run_dir), gymnasium.make("CartPole-v1"), []
+    for seed in seeds:
+        obs, _ = env.reset(seed=seed)
+        total, done = 0.0, False
+        while not done:
+            obs, reward, terminated, truncated, _ = env.step(int(loaded(obs[None])[0]))
+            total, done = total + reward, terminated or truncated
+        expected.append(total)
+    assert printed == expected and len(printed) == 3
+
+
+def test_a_mismatch_fails_in_one_line_and_writes_nothing(cartpole_run, tmp_path, monkeypatch,
+                                                         capsys):
+    run_dir, _ = cartpole_run
+    real_dense = graph._dense
+
+    def off_by_a_bit(g, p, x, prefix):   # the head's bias moved: a wrong graph
+        out = real_dense(g, p, x, prefix)
+        return g.op("Add", out, g.const([0.0, 5.0])) if prefix.endswith("Dense_2") else out
+    monkeypatch.setattr(graph, "_dense", off_by_a_bit)
+    out = tmp_path / "bad.onnx"
+    assert cli.main([str(run_dir), "-o", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "largest |difference| 1" in err, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_bad_input_is_one_line(cartpole_run, tmp_path, monkeypatch, capsys):
+    run_dir, _ = cartpole_run
+    cases = {
+        (str(tmp_path / "nowhere"),): "no run directory",
+        (str(tmp_path),): "no checkpoint directory",
+        (str(run_dir), "--member", "1", "-o", str(tmp_path / "m.onnx")): "single run",
+        (str(run_dir), "--step", "99", "-o", str(tmp_path / "s.onnx")): "no checkpoint 99 in",
+        (str(run_dir), "--opset", "9", "-o", str(tmp_path / "o.onnx")): "--opset must be in 11..",
+    }
+    for argv, message in cases.items():
+        assert cli.main(list(argv)) == 2, argv
+        err = capsys.readouterr().err.strip()
+        assert len(err.splitlines()) == 1 and message in err, err
+    import importlib.util
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "onnxruntime" else find_spec(name, *a))
+    assert cli.main([str(run_dir)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: exporting needs onnxruntime: pip install 'jaxrl_dist[export]'")
+    assert not list(tmp_path.glob("*.onnx"))
+
+
+def test_real_observations_come_from_gymnax_and_gymnasium():
+    spec = EnvSpec.from_description(_env("CartPole-v1", [4], 2))
+    for env in ("CartPole-v1", "gymnasium:CartPole-v1"):
+        obs = parity.real_observations({"env": env}, spec)
+        assert obs.shape == (7, 4) and obs.dtype == np.float32
+        assert len({tuple(row) for row in obs}) == 7
+        assert np.abs(obs[:, [0, 2]]).max() < 0.25   # a cart near the middle, a pole upright
+    assert parity.real_observations({"env": "brax:ant"}, spec) is None
+
+
+def test_a_population_member_needs_member(tmp_path, capsys):
+    env = _env("CartPole-v1", [4], 2)
+    members = [make_policy("ppo", {}, env, seed=s) for s in (1, 2)]
+    record = members[0][1]
+    stacked = jax.tree.map(lambda *x: np.stack(x), *(p.params for p, _ in members))
+    ckpt = Checkpointer(tmp_path / "pop" / "checkpoints", policy_params=lambda train: train)
+    ckpt.save(RunState(stacked, (), ()), {"updates": 1, "policy": record, "members": 2})
+    ckpt.close()
+    assert cli.main([str(tmp_path / "pop")]) == 2
+    assert "population of 2 members: pass --member 0..1" in capsys.readouterr().err
+    assert cli.main([str(tmp_path / "pop"), "--member", "1"]) == 0
+    observations = parity.sampled_observations(members[1][0].spec, 35, seed=7)
+    got = _session(tmp_path / "pop" / "policy-member1.onnx").run(["actions"],
+                                                                 {"obs": observations})[0]
+    np.testing.assert_array_equal(got, _policy_actions(members[1][0], observations))
+
+
+# ------------------------------------------------------------- every network the trainer builds
+
+def test_continuous_clipped_gaussian_with_observation_normalisation(tmp_path):
+    """Pendulum's shape: normalisation and its clip at 10 inside the graph, the mean clipped
+    to the bounds."""
+    env = _env("Pendulum-v1", [3], 1, continuous=True, low=[-0.5], high=[0.5])
+    section = {"normalize_observations": True, "network": {"actor_hidden": [16, 16]}}
+    policy, result = _export(tmp_path, "ppo", section, env)
+    observations = parity.sampled_observations(policy.spec, 252, seed=3) * 10
+    got = _session(result.onnx_path).run(["actions"], {"obs": observations})[0]
+    np.testing.assert_allclose(got, _policy_actions(policy, observations), atol=1e-5, rtol=0)
+    assert got.dtype == np.float32 and got.shape == (252, 1)
+    assert np.abs(got).max() == 0.5 and np.abs(got).min() < 0.5   # some clipped, by the graph
+    assert {"Clip", "Sqrt", "Max", "Min"} <= _ops(result.onnx_path)
+
+
+def test_continuous_tanh_squashed_into_asymmetric_bounds(tmp_path):
+    env = _env("brax:toy", [5], 2, continuous=True, low=[-1.0, 0.0], high=[2.0, 0.5])
+    section = {"network": {"actor_hidden": [16], "bounded_actions": "tanh", "activation": "relu"}}
+    policy, result = _export(tmp_path, "ppo", section, env)
+    observations = parity.sampled_observations(policy.spec, 126, seed=4)
+    got = _session(result.onnx_path).run(["actions"], {"obs": observations})[0]
+    np.testing.assert_allclose(got, _policy_actions(policy, observations), atol=1e-5, rtol=0)
+    assert np.all(got >= [-1.0, 0.0]) and np.all(got <= [2.0, 0.5])
+    assert result.max_diff <= 1e-5
+
+
+def test_every_activation_the_configs_allow(tmp_path):
+    """gelu (tanh approximation), silu, elu through continuous outputs (1e-5), at opset 11."""
+    env = _env("Pendulum-v1", [3], 2, continuous=True, low=[-50.0] * 2, high=[50.0] * 2)
+    for activation in ("gelu", "silu", "elu"):
+        section = {"network": {"actor_hidden": [16, 16], "activation": activation}}
+        _, result = _export(tmp_path, "ppo", section, env, opset=11, name=f"{activation}.onnx")
+        assert result.max_diff <= 1e-5
+    _, result = _export(tmp_path, "dqn", {"network": {"hidden": [16], "activation": "swish"}},
+                        _env("CartPole-v1", [4], 2), name="swish.onnx")
+    assert "Sigmoid" in _ops(result.onnx_path)
+
+
+def test_masked_logits_never_choose_an_illegal_action(tmp_path):
+    """A task with legal-action masks (Jumanji's, a [H, W]-shaped observation through the MLP
+    torso): ``mask`` is a second input, and the argmax is over the legal actions."""
+    env = _env("jumanji:Snake-v1", [6, 5], 4, masked=True)
+    policy, result = _export(tmp_path, "ppo", {"network": {"torso": "mlp",
+                                                           "actor_hidden": [16]}}, env)
+    session = _session(result.onnx_path)
+    assert [i.name for i in session.get_inputs()] == ["obs", "mask"]
+    observations = parity.sampled_observations(policy.spec, 252, seed=8)
+    mask = parity.sampled_masks(policy.spec, 252, seed=8)
+    got = session.run(["actions"], {"obs": observations, "mask": mask})[0]
+    np.testing.assert_array_equal(got, _policy_actions(policy, observations, mask))
+    assert mask[np.arange(252), got].all()
+    unmasked = session.run(["actions"], {"obs": observations,
+                                         "mask": np.ones_like(mask)})[0]
+    assert (unmasked != got).any()   # the masks mattered
+
+
+@pytest.mark.parametrize("kind", ["minatar", "atari"])
+def test_cnn_torsos(kind, tmp_path):
+    """MinAtar's 3x3 SAME convolution (PPO) and Nature DQN's 8/4/3 strided VALID ones over
+    uint8 frames (DQN, dueling): ONNX Conv in NCHW, flattened in flax's HWC order."""
+    if kind == "minatar":
+        env = _env("Breakout-MinAtar", [10, 10, 4], 3)
+        policy, result = _export(tmp_path, "ppo", {"network": {"actor_hidden": [32],
+                                                               "cnn_channels": [8, 8]}}, env)
+    else:
+        env = _env("ale:Pong", [84, 84, 4], 6, obs_dtype="uint8")
+        network = {"hidden": [32], "cnn_channels": [32, 64, 64], "cnn_kernels": [8, 4, 3],
+                   "cnn_strides": [4, 2, 1], "dueling": True}
+        policy, result = _export(tmp_path, "dqn", {"network": network}, env)
+    assert "Conv" in _ops(result.onnx_path) and "Slice" not in _ops(result.onnx_path)
+    observations = parity.sampled_observations(policy.spec, 35, seed=9)
+    got = _session(result.onnx_path).run(["actions"], {"obs": observations})[0]
+    np.testing.assert_array_equal(got, _policy_actions(policy, observations))
+    assert len(set(got.tolist())) > 1
+
+
+@pytest.mark.parametrize("opset", [11, 17])
+def test_layer_norm_q_networks(opset, tmp_path):
+    """PQN's MinAtar CNN with LayerNorm after the convolution and every dense layer, and a
+    DQN MLP with LayerNorm and a dueling head: opset 17 writes LayerNormalization, 11 the same
+    statistics in primitive ops."""
+    pqn_section = {"network": {"hidden": [32], "layer_norm": True, "cnn_channels": [8]}}
+    policy, result = _export(tmp_path, "pqn", pqn_section, _env("Asterix-MinAtar", [10, 10, 4], 5),
+                             opset=opset)
+    observations = parity.sampled_observations(policy.spec, 63, seed=10)
+    got = _session(result.onnx_path).run(["actions"], {"obs": observations})[0]
+    np.testing.assert_array_equal(got, _policy_actions(policy, observations))
+    assert ("LayerNormalization" in _ops(result.onnx_path)) == (opset >= 17)
+    dqn_section = {"network": {"hidden": [16, 16], "layer_norm": True, "dueling": True}}
+    _, result = _export(tmp_path, "dqn", dqn_section, _env("CartPole-v1", [4], 2), opset=opset,
+                        name="dqn.onnx")
+    assert onnx.load(str(result.onnx_path)).opset_import[0].version == opset
+
+
+def test_parameters_the_graph_does_not_use_are_refused():
+    """A tree with more than the feed-forward network (a recurrent core, a plug-in's) is an
+    error, not a graph that silently ignores part of it."""
+    policy, record = make_policy("dqn", {"network": {"hidden": [8]}}, _env("CartPole-v1", [4], 2))
+    params = {**policy.params, "GRUCell_0": {"kernel": np.zeros((8, 8), np.float32)}}
+    with pytest.raises(ExportError, match="does not map .GRUCell_0/kernel"):
+        graph.build_model(record, params, 17)
+    with pytest.raises(ExportError, match="no ONNX exporter for algorithm 'reinforce'"):
+        graph.build_model({**record, "algo": "reinforce"}, params, 17)
+
+
+def test_a_recurrent_policy_is_refused():
+    from jaxrl_dist.agents.ppo.config import NetworkConfig
+    if "cell" not in {f.name for f in dataclasses.fields(NetworkConfig)}:
+        pytest.skip("this tree has no recurrent PPO (ppo.network.cell)")
+    record = policy_lib.record("ppo", {"network": {"cell": "gru", "cell_size": 8}},
+                               EnvSpec.from_description(_env("CartPole-v1", [4], 2)))
+    with pytest.raises(ExportError, match="cell=gru: recurrent policies are not exported"):
+        graph.build_model(record, {}, 17)
