@@ -38,12 +38,13 @@ def _device_varying(tree: Any, axes: tuple[str, ...]) -> Any:
 def eval_action(agent: Agent, deterministic: bool, policy_params: Any, acting: Any,
                 carry: Any, obs: jax.Array, mask: jax.Array | None, keys: jax.Array
                 ) -> tuple[jax.Array, Any]:
-    """The environment actions an evaluation step takes, and the next carry: the policy's mode
+    """The environment actions an evaluation step takes, and the next carry (each environment
+    plays one episode from a fresh carry, so none is reset): the policy's mode
     (``agent.policy``), or actions sampled as in training with each environment's noise from
     its own step key ``keys`` [E] (the same on any topology). Shared by the on-device
     evaluation and the host actors'."""
     if deterministic:
-        return agent.policy(policy_params, obs, mask), carry
+        return agent.policy(policy_params, carry, obs, mask)
     noise = jax.vmap(lambda k: jax.tree.map(
         lambda x: x[0], agent.noise(jax.random.fold_in(k, 1), 1)))(keys)
     action, carry, _ = agent.act(acting, carry, obs, mask, noise)

@@ -9,6 +9,15 @@ specs (``meta["policy"]``) and holds the arrays the policy needs (the ``policy``
 runs the learner's own ``policy`` function (deterministic; observation normalisation and
 clipping/squashing to the action bounds included): what evaluation ran, and what an exporter
 serialises (``policy.fn`` is pure: ``fn(policy.params, obs, mask)``).
+
+A recurrent policy (``ppo.network.cell: gru``) keeps a state per environment; step it::
+
+    carry = policy.initial_carry(B)
+    action, carry = policy.act(obs, carry)           # and again with the next observations
+    carry = policy.reset_carry(carry, done)          # rows whose episode ended start afresh
+
+(``act`` works for feed-forward policies too, with the carry ``()``; ``policy(obs)`` and
+``policy.fn`` are for feed-forward ones only; ``policy.step_fn`` is ``act``'s pure function.)
 """
 
 from __future__ import annotations
@@ -23,19 +32,50 @@ import numpy as np
 from jaxrl_dist import agents, sharding, typed
 from jaxrl_dist.checkpoint import CheckpointError, read_checkpoint
 from jaxrl_dist.envs import EnvSpec
+from jaxrl_dist.errors import UserError
 from jaxrl_dist.sizes import Sizes
 
 
 @dataclass(frozen=True)
 class Policy:
-    fn: Callable[..., jax.Array]   # pure: (params, obs [B, *obs], mask [B, A] | None) -> action
+    fn: Callable[..., jax.Array] | None   # pure: (params, obs [B, *obs], mask [B, A] | None)
+                                          #   -> action; None for a recurrent policy
     params: Any
     spec: EnvSpec
     algo: str
     step: int                      # the checkpoint's update count
+    step_fn: Callable[..., tuple[jax.Array, Any]] | None = None
+    #   pure: (params, carry [B], obs [B, *obs], mask | None) -> (action, carry)
+    init_carry: Callable[[], Any] = tuple   # ONE environment's initial carry; () feed-forward
+
+    @property
+    def recurrent(self) -> bool:
+        return bool(jax.tree.leaves(self.init_carry()))
 
     def __call__(self, obs: Any, mask: Any = None) -> np.ndarray:
+        if self.fn is None:
+            raise UserError("this policy is recurrent (it keeps a state per environment): "
+                              "use action, carry = policy.act(obs, carry) from "
+                              "carry = policy.initial_carry(batch)")
         return np.asarray(self.fn(self.params, np.asarray(obs, np.float32), mask))
+
+    def initial_carry(self, batch: int) -> Any:
+        """The carry of ``batch`` environments at an episode's start (``()`` feed-forward)."""
+        return jax.tree.map(lambda x: np.broadcast_to(np.asarray(x), (batch, *x.shape)).copy(),
+                            self.init_carry())
+
+    def reset_carry(self, carry: Any, done: Any) -> Any:
+        """``carry`` with the rows of environments whose episode ended (``done`` [B]) fresh."""
+        done = np.asarray(done, bool)
+        return jax.tree.map(
+            lambda c0, c: np.where(done.reshape(-1, *(1,) * (np.ndim(c) - 1)), c0, c),
+            self.initial_carry(len(done)), carry)
+
+    def act(self, obs: Any, carry: Any, mask: Any = None) -> tuple[np.ndarray, Any]:
+        """(environment actions [B, ...], next carry) for observations [B, *obs] and the
+        carry of the step before (deterministic, as ``__call__``)."""
+        action, carry = self.step_fn(self.params, carry, np.asarray(obs, np.float32), mask)
+        return np.asarray(action), jax.tree.map(np.asarray, carry)
 
 
 def record(algo: str, section: dict[str, Any], spec: EnvSpec) -> dict[str, Any]:
@@ -43,8 +83,9 @@ def record(algo: str, section: dict[str, Any], spec: EnvSpec) -> dict[str, Any]:
     return {"algo": algo, "section": section, "env": spec.describe()}
 
 
-def make_policy_fn(policy_record: dict[str, Any]) -> tuple[Callable[..., jax.Array], EnvSpec]:
-    """The learner's pure ``policy`` function, rebuilt from a checkpoint's record."""
+def make_agent(policy_record: dict[str, Any]) -> tuple[Any, EnvSpec]:
+    """The learner's :class:`~jaxrl_dist.agents.base.Agent` (for its ``policy`` and
+    ``init_carry``), rebuilt from a checkpoint's record."""
     algorithm = agents.get(policy_record["algo"])
     section = typed.build(algorithm.section, policy_record["section"], f"{algorithm.name}.")
     spec = EnvSpec.from_description(policy_record["env"])
@@ -52,8 +93,27 @@ def make_policy_fn(policy_record: dict[str, Any]) -> tuple[Callable[..., jax.Arr
     steps = algorithm.steps_per_env(section)   # sizes only shape the learning programs
     sizes = Sizes(num_devices=1, local_envs=1, steps_per_env=steps, batch_size=steps,
                   num_updates=1, updates_per_call=1)
-    agent = algorithm.agent_factory()(section, sizes, spec, layout)
-    return jax.jit(agent.policy), spec
+    return algorithm.agent_factory()(section, sizes, spec, layout), spec
+
+
+def feed_forward(agent: Any) -> Callable[..., jax.Array] | None:
+    """``agent.policy`` without a carry, jitted: ``(params, obs, mask) -> action``; None for a
+    recurrent policy (whose actions depend on a state it must be given)."""
+    if jax.tree.leaves(agent.init_carry()):
+        return None
+    return jax.jit(lambda params, obs, mask=None: agent.policy(params, (), obs, mask)[0])
+
+
+def make_policy_fn(policy_record: dict[str, Any]) -> tuple[Callable[..., jax.Array], EnvSpec]:
+    """The learner's pure feed-forward ``policy`` function ``(params, obs, mask) -> action``,
+    rebuilt from a checkpoint's record (a recurrent policy has none: :func:`load` it and
+    step it with ``Policy.act``)."""
+    agent, spec = make_agent(policy_record)
+    fn = feed_forward(agent)
+    if fn is None:
+        raise UserError(f"the {policy_record['algo']} policy of this record is recurrent: it has "
+                        f"no feed-forward function; load it and use Policy.act(obs, carry)")
+    return fn, spec
 
 
 def load(run_dir: str | Path, step: int | None = None, member: int | None = None) -> Policy:
@@ -70,5 +130,6 @@ def load(run_dir: str | Path, step: int | None = None, member: int | None = None
             raise CheckpointError(f"{run_dir} holds a population of {members} members: pass "
                                   f"member=0..{members - 1}")
         params = jax.tree.map(lambda x: x[member], params)
-    fn, spec = make_policy_fn(policy_record)
-    return Policy(fn, params, spec, policy_record["algo"], int(meta["updates"]))
+    agent, spec = make_agent(policy_record)
+    return Policy(feed_forward(agent), params, spec, policy_record["algo"], int(meta["updates"]),
+                  jax.jit(agent.policy), agent.init_carry)

@@ -159,9 +159,10 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
 
     def collect_local(train, actors, key):
         env_ids = rollout.local_env_ids(E, axis)
+        carry = actors.carry
         actors, steps = rollout.collect(spec, agent, agent.acting(train), actors, env_ids, key, T,
                                         options.batch_axis)
-        return actors, Trajectory(steps, actors.env.obs)
+        return actors, Trajectory(steps, actors.env.obs, carry)
 
     def learn_local(train, data, trajectory, key):
         learned, data, metrics = agent.learn(train, data, trajectory, key)
@@ -220,7 +221,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
 
     # A trajectory is [T, E, ...]: time unsharded, environments on the data axis.
     over_time = P(*layout.envs[:-1], None, layout.envs[-1])
-    trajectory_specs = Trajectory(over_time, layout.envs)
+    trajectory_specs = Trajectory(over_time, layout.envs, layout.envs)
     learn = jax.jit(smap(learn_body, (layout.train, layout.envs, trajectory_specs, layout.train),
                          (layout.train, layout.envs, layout.train)))
     collect = jax.jit(smap(collect_body, (layout.train, layout.envs, layout.train),

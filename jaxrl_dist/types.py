@@ -60,3 +60,5 @@ class Trajectory(NamedTuple):
 
     steps: Transition          # [T, E, ...]
     last_obs: jax.Array        # [E, *obs] the observation after the last step (bootstrap)
+    carry: Any = ()            # [E, ...] the policy's carry before the first step (what a
+                               #   recurrent learner replays from); () feed-forward

@@ -138,7 +138,8 @@ def test_act_jits_alone_on_one_device_and_agrees_with_policy(env_name):
         *jax.device_put((agent.acting(train_state), (), obs, None, noise), here))
     assert action.devices() == {here}
     assert carry == () and extras["log_prob"].shape == (5,)
-    expected = agent.policy(agent.policy_params(train_state), obs, None)
+    expected, carry = agent.policy(agent.policy_params(train_state), (), obs, None)
+    assert carry == ()
     np.testing.assert_allclose(np.asarray(agent.env_action(action)), np.asarray(expected),
                                rtol=1e-6)
 
@@ -163,8 +164,11 @@ def test_run_dir_alone_rebuilds_the_policy(env_name, tmp_path):
 
     loaded = policy_lib.load(tmp_path / "run")
     obs = np.random.default_rng(0).normal(size=(64, *spec.obs_shape)).astype(np.float32) * 3
-    expected = jax.jit(agent.policy)(agent.policy_params(state.train), obs, None)
+    expected, _ = jax.jit(agent.policy)(agent.policy_params(state.train), (), obs, None)
     np.testing.assert_array_equal(loaded(obs), np.asarray(expected))
+    action, carry = loaded.act(obs, loaded.initial_carry(64))   # the carry-taking form
+    np.testing.assert_array_equal(action, np.asarray(expected))
+    assert carry == () and not loaded.recurrent
     assert loaded.spec.obs_shape == spec.obs_shape and loaded.step == 2
     if spec.continuous:
         assert np.all(np.abs(loaded(obs * 100)) <= 2.0)

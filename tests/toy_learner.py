@@ -86,8 +86,8 @@ def make_agent(c: ReinforceConfig, sizes, spec, layout) -> Agent:
         return TrainState(optax.apply_updates(train.params, updates), opt_state, train.key,
                           train.update + 1, train.hparams), data, metrics
 
-    def policy(params, obs, mask=None):
-        return jnp.argmax(logits(params, obs, mask), -1)
+    def policy(params, carry, obs, mask=None):
+        return jnp.argmax(logits(params, obs, mask), -1), carry
 
     return Agent(init_params=init_params, init=init, init_carry=tuple,
                  acting=lambda train: train.params,

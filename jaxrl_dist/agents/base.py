@@ -6,7 +6,8 @@ The generic programs (:mod:`jaxrl_dist.programs`) compose them three ways:
 * on device, fused: ``scan(collect(act) -> learn)``, several updates per compiled call;
 * host actors: ``act`` jitted on a local device steps host environments; their batches, as
   global arrays, feed ``learn`` over the mesh;
-* evaluation and export: ``policy`` alone (deterministic, post-processing included).
+* evaluation and export: ``policy`` alone (deterministic, post-processing included), stepping
+  the carry as ``act`` does (``()`` for a feed-forward policy).
 
 ``act`` takes its randomness as pre-drawn ``noise`` (:attr:`Agent.noise` of a key), not as a
 key: a rollout draws every step's noise in one batched op before its loop, which is what keeps
@@ -50,9 +51,10 @@ class Agent(NamedTuple):
     #   (train, data, Trajectory [T, E], key) -> (train, data, metrics {name: f32[]}), reduced
     #   over the data axis; must advance train.update
     # -- deployment
-    policy: Callable[..., jax.Array]
-    #   (policy params, obs [B, *obs], mask [B, A] | None) -> environment action [B, ...],
-    #   deterministic, normalisation and clipping/squashing to the bounds included
+    policy: Callable[..., tuple[jax.Array, Any]]
+    #   (policy params, carry [B], obs [B, *obs], mask [B, A] | None) -> (environment action
+    #   [B, ...], carry), deterministic, normalisation and clipping/squashing to the bounds
+    #   included; the carry is ``init_carry``'s (``()`` for a feed-forward policy, passed back)
     policy_params: Callable[[Any], Any]
     #   train -> the pytree ``policy`` needs (what a checkpoint's policy item holds)
     # -- declarations

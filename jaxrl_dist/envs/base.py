@@ -383,3 +383,27 @@ class TimeLimit:
 
     def action_mask(self, state: _Timed) -> jax.Array:
         return self.adapter.action_mask(state.inner)
+
+
+@dataclass(frozen=True)
+class ObservationSubset:
+    """Observes only the entries ``keep`` of a flat observation (the rest stays in the state):
+    e.g. classic control without its velocities, a partially observed task that a
+    feed-forward policy cannot solve and a recurrent one can."""
+
+    adapter: Any
+    keep: tuple[int, ...]
+
+    def reset(self, key: jax.Array) -> tuple[Any, jax.Array]:
+        state, obs = self.adapter.reset(key)
+        return state, self._part(obs)
+
+    def step(self, key: jax.Array, state: Any, action: jax.Array) -> Step:
+        out = self.adapter.step(key, state, action)
+        return out._replace(obs=self._part(out.obs))
+
+    def action_mask(self, state: Any) -> jax.Array:
+        return self.adapter.action_mask(state)
+
+    def _part(self, obs: jax.Array) -> jax.Array:
+        return jnp.asarray(obs)[jnp.asarray(self.keep)]

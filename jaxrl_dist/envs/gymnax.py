@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_dist.envs.base import EnvError, EnvSpec, Step
+from jaxrl_dist.envs.base import EnvError, EnvSpec, ObservationSubset, Step
 from jaxrl_dist.errors import unknown_env
 
 DEFAULT_MAX_STEPS = 1000   # evaluation bound when an environment states no time limit
@@ -129,14 +129,30 @@ def spec_from_gymnax(env: Any, params: Any, name: str, adapter: Any = None,
                    f"(need Discrete or Box)")
 
 
+# The entries of each classic-control observation that are not velocities (``env_kwargs:
+# {hide_velocities: true}``): the velocity-masked partially observed tasks of recurrent RL
+# (e.g. CartPole observing [x, theta] only).
+WITHOUT_VELOCITIES = {
+    "CartPole-v1": (0, 2),                  # x, x_dot, theta, theta_dot
+    "Pendulum-v1": (0, 1),                  # cos theta, sin theta, theta_dot
+    "Acrobot-v1": (0, 1, 2, 3),             # cos/sin of both angles, 2 angular velocities
+    "MountainCar-v0": (0,),                 # position, velocity
+    "MountainCarContinuous-v0": (0,),
+}
+
+
 def make(name: str, params: Any = None, episode_length: int | None = None,
-         **kwargs: Any) -> EnvSpec:
+         hide_velocities: bool = False, **kwargs: Any) -> EnvSpec:
     """``CartPole-v1`` etc. (gymnax's registry); ``kwargs`` go to ``gymnax.make``.
     ``episode_length`` replaces the environment's time limit (``max_steps_in_episode``):
-    CartPole-v1 at 200 is CartPole-v0, the version DI-engine and older papers report."""
+    CartPole-v1 at 200 is CartPole-v0, the version DI-engine and older papers report.
+    ``hide_velocities`` observes only :data:`WITHOUT_VELOCITIES`' entries (classic control)."""
     gymnax = import_gymnax()
     if name not in gymnax.registered_envs:
         raise unknown_env("gymnax", name, gymnax.registered_envs)
+    if hide_velocities and name not in WITHOUT_VELOCITIES:
+        raise EnvError(f"env_kwargs.hide_velocities: {name} has no known velocity entries; "
+                       f"it applies to {', '.join(WITHOUT_VELOCITIES)}")
     env, default_params = gymnax.make(name, **kwargs)
     params = default_params if params is None else params
     if episode_length is not None:
@@ -147,6 +163,9 @@ def make(name: str, params: Any = None, episode_length: int | None = None,
             raise EnvError(f"episode_length must be >= 1, got {episode_length}")
         params = params.replace(max_steps_in_episode=int(episode_length))
     spec = spec_from_gymnax(env, params, name)
+    if hide_velocities:
+        keep = WITHOUT_VELOCITIES[name]
+        spec = replace(spec, adapter=ObservationSubset(spec.adapter, keep), obs_shape=(len(keep),))
     if name in UNCHECKED:
         spec = replace(spec, shard_map_safe=False)   # see EnvSpec.shard_map_safe
     return spec

@@ -15,6 +15,7 @@ ACTIVATIONS = ("tanh", "relu", "gelu", "silu", "elu")
 BOUNDED_ACTIONS = ("clip", "tanh")
 GRAD_CLIPS = ("global_norm", "element")
 INITS = ("orthogonal", "lecun")
+CELLS = ("none", "gru", "lstm")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,6 +40,12 @@ class NetworkConfig:
     bounded_actions: str = _doc("continuous actions with bounds: clip (a Gaussian, clipped by the "
                                 "environment) or tanh (a Gaussian squashed into the bounds)",
                                 default="clip")
+    cell: str = _doc("recurrent cell after each network's torso and hidden layers, before its "
+                     "head: none (feed-forward), gru (flax GRUCell) or lstm (flax "
+                     "OptimizedLSTMCell); actor and critic each have their own",
+                     default="none")
+    cell_size: int = _doc("features of the recurrent cell's state (with cell gru or lstm)",
+                          default=128)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -73,6 +80,11 @@ class PPOConfig:
                                    "global approx KL exceeds 1.5 x target_kl; null = off",
                                    default=None)
     anneal_clip_eps: bool = _doc("linearly anneal clip_eps to 0 over training", default=False)
+    sequence_length: int | None = _doc(
+        "recurrent networks (network.cell gru|lstm): minibatches hold sequences of this many "
+        "steps, in time order, each from its carry at the rollout; must divide num_steps; "
+        "null = whole rollouts (num_steps). num_minibatches then splits the sequences "
+        "(num_envs x num_steps / sequence_length)", default=None)
     network: NetworkConfig = field(default_factory=NetworkConfig)
 
 
@@ -89,16 +101,38 @@ def _require(ok: bool, message: str) -> None:
         raise ConfigError(message)
 
 
+def recurrent(p: PPOConfig) -> bool:
+    """Whether the networks carry a recurrent state (``ppo.network.cell`` not none)."""
+    return p.network.cell != "none"
+
+
+def sequences_per_env(p: PPOConfig) -> int:
+    """How many sequences (minibatch units) a recurrent update cuts each rollout into."""
+    return p.num_steps // (p.sequence_length or p.num_steps)
+
+
 def check(p: PPOConfig) -> None:
     """Each value in range, and minibatches that split a rollout evenly."""
     n, num_steps = p.network, p.num_steps
     _require(num_steps >= 1, f"ppo.num_steps must be >= 1, got {num_steps}")
     _require(p.update_epochs >= 1, f"ppo.update_epochs must be >= 1, got {p.update_epochs}")
     _require(p.num_minibatches >= 1, f"ppo.num_minibatches must be >= 1, got {p.num_minibatches}")
-    _require(num_steps % p.num_minibatches == 0,
-             f"ppo.num_steps ({num_steps}) must be divisible by ppo.num_minibatches "
-             f"({p.num_minibatches}): each minibatch takes num_steps/num_minibatches steps of "
-             f"every environment")
+    _require(n.cell in CELLS,
+             f"ppo.network.cell must be one of {', '.join(CELLS)}, got {n.cell!r}")
+    _require(n.cell_size >= 1, f"ppo.network.cell_size must be >= 1, got {n.cell_size}")
+    if recurrent(p):
+        _require(p.sequence_length is None or (
+            p.sequence_length >= 1 and num_steps % p.sequence_length == 0),
+            f"ppo.sequence_length ({p.sequence_length}) must divide ppo.num_steps "
+            f"({num_steps}), or be null (whole rollouts)")
+    else:
+        _require(p.sequence_length is None,
+                 f"ppo.sequence_length applies to recurrent networks only; set "
+                 f"ppo.network.cell to gru or lstm, or drop it")
+        _require(num_steps % p.num_minibatches == 0,
+                 f"ppo.num_steps ({num_steps}) must be divisible by ppo.num_minibatches "
+                 f"({p.num_minibatches}): each minibatch takes num_steps/num_minibatches steps "
+                 f"of every environment")
     _require(0.0 <= p.gamma <= 1.0, f"ppo.gamma must be in [0, 1], got {p.gamma}")
     _require(0.0 <= p.gae_lambda <= 1.0, f"ppo.gae_lambda must be in [0, 1], got {p.gae_lambda}")
     _require(p.clip_eps > 0, f"ppo.clip_eps must be > 0, got {p.clip_eps}")
@@ -127,7 +161,19 @@ def check(p: PPOConfig) -> None:
                  f"ppo.network.{name} sizes must be >= 1, got {list(sizes)}")
 
 
+def check_run(p: PPOConfig, config) -> None:
+    """A recurrent update's minibatches take whole sequences: they must split them evenly."""
+    if not recurrent(p):
+        return
+    sequences = config.num_envs * sequences_per_env(p)
+    _require(sequences % p.num_minibatches == 0,
+             f"ppo.num_minibatches ({p.num_minibatches}) must divide the rollout's sequences "
+             f"(num_envs x num_steps / sequence_length = {sequences}): a recurrent "
+             f"minibatch takes whole sequences")
+
+
 ALGORITHM = Algorithm(
-    name="ppo", section=PPOConfig, check=check, sweepable=sweep_keys("ppo", HPARAMS),
+    name="ppo", section=PPOConfig, check=check, check_run=check_run,
+    sweepable=sweep_keys("ppo", HPARAMS),
     steps_per_env=lambda p: p.num_steps, make="jaxrl_dist.agents.ppo.learner:make_agent",
     doc="clipped PPO with GAE, a separate actor and critic")

@@ -1,5 +1,11 @@
 """PPO as an :class:`~jaxrl_dist.agents.base.Agent`: acting from the actor network, learning in
-:mod:`.update`, deploying the actor's mode on normalised observations."""
+:mod:`.update`, deploying the actor's mode on normalised observations.
+
+With a recurrent network (``network.cell``) the actor's carry is the acting carry (one per
+environment, in the actors slot, reset by the rollout after an episode's last step) and the
+critic's lives in the learner's ``data`` slot (advanced by ``learn``'s own pass over each
+rollout, the one that computes the values): acting runs the actor alone, and the deployed
+policy carries only what it needs."""
 
 from __future__ import annotations
 
@@ -9,9 +15,10 @@ import jax.numpy as jnp
 from jaxrl_dist.agents.base import Agent
 from jaxrl_dist.agents.ppo.config import PPOConfig
 from jaxrl_dist.agents.ppo.networks import make_networks
-from jaxrl_dist.agents.ppo.update import METRICS, make_init_fn, make_learn_fn, normalize_obs
+from jaxrl_dist.agents.ppo.update import (check_sequences, make_init_fn, make_learn_fn,
+                                          metrics_of, normalize_obs)
 from jaxrl_dist.distributions import action_noise
-from jaxrl_dist.envs import EnvSpec, to_env_action
+from jaxrl_dist.envs import EnvError, EnvSpec, to_env_action
 from jaxrl_dist.running_stats import Moments
 from jaxrl_dist.sharding import Layout
 from jaxrl_dist.sizes import Sizes
@@ -19,6 +26,14 @@ from jaxrl_dist.sizes import Sizes
 
 def make_agent(p: PPOConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Agent:
     nets = make_networks(p.network, spec)
+    recurrent = nets.recurrent
+    if recurrent is not None and spec.autoreset in ("next_step", "host"):
+        kind = "pool (ale:)" if spec.autoreset == "next_step" else "host (gymnasium:)"
+        raise EnvError(f"{spec.name}: ppo.network.cell={p.network.cell} does not run on "
+                       f"{kind} environments yet; use cell: none, or an environment stepped "
+                       f"inside the program")
+    if recurrent is not None and layout.data_size > 1:   # (a policy loader has one device)
+        check_sequences(p, sizes.local_envs)
 
     def acting(train):
         return train.params, train.obs_moments
@@ -28,7 +43,11 @@ def make_agent(p: PPOConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
 
     def act(acting_state, carry, obs, mask, noise_t):
         params, moments = acting_state
-        dist = nets.policy(params, normalize_obs(p, moments, obs), mask)
+        if recurrent is None:
+            dist = nets.policy(params, normalize_obs(p, moments, obs), mask)
+        else:
+            dist, carry = recurrent.policy_step(params, carry, normalize_obs(p, moments, obs),
+                                                mask)
         action = dist.sample_from_noise(noise_t)
         return action, carry, {"log_prob": dist.log_prob(action)}
 
@@ -38,17 +57,22 @@ def make_agent(p: PPOConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         return {"actor": train.params["actor"],
                 "obs_moments": {"mean": moments.mean, "var": moments.var}}
 
-    def policy(params, obs, mask=None):
+    def policy(params, carry, obs, mask=None):
         moments = Moments(params["obs_moments"]["mean"], params["obs_moments"]["var"],
                           jnp.float32(1.0))
-        dist = nets.policy(params, normalize_obs(p, moments, obs), mask)
-        return to_env_action(spec, nets.env_action(dist.mode()))
+        if recurrent is None:
+            dist = nets.policy(params, normalize_obs(p, moments, obs), mask)
+        else:
+            dist, carry = recurrent.policy_step(params, carry, normalize_obs(p, moments, obs),
+                                                mask)
+        return to_env_action(spec, nets.env_action(dist.mode())), carry
 
     return Agent(
-        init_params=nets.init, init=make_init_fn(p, sizes, spec), init_carry=tuple,
+        init_params=nets.init, init=make_init_fn(p, sizes, spec, nets),
+        init_carry=tuple if recurrent is None else recurrent.init_carry,
         acting=acting, noise=noise, act=act, env_action=nets.env_action,
         learn=make_learn_fn(p, sizes, spec, nets, layout.data_axis),
-        policy=policy, policy_params=policy_params, metrics=METRICS,
+        policy=policy, policy_params=policy_params, metrics=metrics_of(p),
         # a pool's final observations are the next step's (envs.pool): not stored twice
         steps_per_env=p.num_steps,
         keep_final_obs=p.bootstrap_truncation and not spec.resets_late)

@@ -93,15 +93,21 @@ def ppo_loss(
     vf_clip_eps: float | None,
     ent_coef: float,
     vf_coef: float,
+    forward_fn: Callable | None = None,
 ) -> tuple[jax.Array, LossInfo]:
     """Clipped surrogate + (optionally clipped) value loss - entropy bonus; means over batch
     (steps of weight 0 add nothing; the mean still divides by the batch size, so a
-    device's share of the global mean does not depend on how many it holds)."""
+    device's share of the global mean does not depend on how many it holds).
+    ``forward_fn(params, obs, mask) -> (dist, value)``, if given, replaces the two calls
+    (a recurrent pair replays both networks in one scan)."""
     def mean(x):
         return jnp.mean(x) if batch.weight is None else jnp.mean(x * batch.weight)
 
-    dist = policy_fn(params, batch.obs, batch.mask)
-    value = value_fn(params, batch.obs)
+    if forward_fn is None:
+        dist = policy_fn(params, batch.obs, batch.mask)
+        value = value_fn(params, batch.obs)
+    else:
+        dist, value = forward_fn(params, batch.obs, batch.mask)
     log_prob = dist.log_prob(batch.action)
     log_ratio = log_prob - batch.old_log_prob
     ratio = jnp.exp(log_ratio)

@@ -1,8 +1,14 @@
 """PPO's actor and critic networks (flax): an observation torso (MLP, or a CNN for [H, W, C] grids
-and images) and a head that returns an action distribution (:mod:`jaxrl_dist.distributions`).
+and images), optionally a recurrent cell (``network.cell``: GRU or LSTM), and a head that
+returns an action distribution (:mod:`jaxrl_dist.distributions`).
 
 Networks hold no RNG state and know nothing about sharding; parameters are one plain pytree
 ``{"actor": ..., "critic": ...}`` so the optimizer, checkpoints and fingerprints see one tree.
+
+A recurrent network is replayed over sequences by ``Recurrent.unroll``: the torso and the head
+run batched over every step, only the cells run in the ``lax.scan``, and a step marked as an
+episode's start begins from a fresh carry BEFORE the cell sees it (the rollout resets the carry
+after the step that ended the previous episode: the same carries, in the same order).
 """
 
 from __future__ import annotations
@@ -30,6 +36,17 @@ def _tanh_bounds(config: NetworkConfig, spec: EnvSpec):
     if not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
         return None
     return tuple(map(float, low)), tuple(map(float, high))
+
+
+def _env_action(bounds) -> Callable[[jax.Array], jax.Array]:
+    """A drawn action -> what the environment receives: squashed into ``bounds`` (tanh), or
+    as is."""
+    def env_action(action: jax.Array) -> jax.Array:
+        if bounds is None:
+            return action
+        low, high = map(jnp.asarray, bounds)
+        return DiagGaussian(action, action, low, high).env_action(action)
+    return env_action
 
 
 class MLP(nn.Module):
@@ -97,16 +114,22 @@ class Critic(nn.Module):
 
 
 class Networks(NamedTuple):
-    """Pure functions over the parameter tree; observations are batched ``[B, *obs]``."""
+    """Pure functions over the parameter tree; observations are batched ``[B, *obs]``
+    (feed-forward) or :class:`Sequences` (recurrent: ``policy`` and ``value`` replay them)."""
 
     init: Callable[[jax.Array], Any]
     policy: Callable[..., Categorical | DiagGaussian]   # (params, obs, mask=None)
     value: Callable[[Any, jax.Array], jax.Array]
     env_action: Callable[[jax.Array], jax.Array]   # a drawn action -> the environment's
                                                    #   (the tanh squash, if any; no params)
+    recurrent: Recurrent | None = None             # the cell's own functions, if any
+    forward: Callable[..., tuple[Any, jax.Array]] | None = None
+    #   (params, obs, mask) -> (policy, value) in one pass, where that is cheaper than two
 
 
 def make_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
+    if config.cell != "none":
+        return make_recurrent_networks(config, spec)
     conv = conv_torso(config, spec.obs_shape)
     bounds = _tanh_bounds(config, spec)
     scale = input_scale(spec.obs_dtype)
@@ -127,10 +150,180 @@ def make_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
     def value(params: Any, obs: jax.Array) -> jax.Array:
         return critic.apply({"params": params["critic"]}, obs)
 
-    def env_action(action: jax.Array) -> jax.Array:
-        if bounds is None:
-            return action
-        low, high = map(jnp.asarray, bounds)
-        return DiagGaussian(action, action, low, high).env_action(action)
+    return Networks(init, policy, value, _env_action(bounds))
 
-    return Networks(init, policy, value, env_action)
+
+# --------------------------------------------------------------------------------------------
+# Recurrent networks (network.cell: gru | lstm)
+
+
+def _kernel(init: str, scale: float):
+    return nn.initializers.lecun_normal() if init == "lecun" else nn.initializers.orthogonal(scale)
+
+
+class RecurrentMLP(nn.Module):
+    """:class:`MLP`'s layers with a recurrent cell between the hidden layers and the output
+    layer, as three methods so a replay runs the torso and the head batched over all steps
+    and only the cell step by step. The cell keeps flax's own initialisers (lecun inputs,
+    orthogonal recurrent kernels); ``log_std`` is the state-independent log std of a
+    Gaussian actor (``log_std_dim`` > 0)."""
+
+    hidden: Sequence[int]
+    out_dim: int
+    activation: str
+    out_scale: float
+    cell: str
+    cell_size: int
+    conv: Sequence[dict] = ()
+    weights: str = "orthogonal"    # ``network.init`` (a module's ``init`` is flax's method)
+    scale: float = 1.0
+    log_std_dim: int = 0
+
+    def setup(self):
+        self.convs = [nn.Conv(**layer, kernel_init=_kernel(self.weights, np.sqrt(2)),
+                              conv_general_dilated=conv.conv_general_dilated)
+                      for layer in self.conv]
+        self.dense = [nn.Dense(size, kernel_init=_kernel(self.weights, np.sqrt(2)))
+                      for size in self.hidden]
+        self.rnn = (nn.GRUCell(self.cell_size) if self.cell == "gru"
+                    else nn.OptimizedLSTMCell(self.cell_size))
+        self.out = nn.Dense(self.out_dim, kernel_init=_kernel(self.weights, self.out_scale))
+        if self.log_std_dim:
+            self.log_std = self.param("log_std", nn.initializers.zeros, (self.log_std_dim,))
+
+    def encode(self, x: jax.Array) -> jax.Array:
+        """[B, *obs] -> [B, F]: the torso and hidden layers (no state)."""
+        act = getattr(nn, self.activation)
+        x = x.astype(jnp.float32)
+        if self.scale != 1.0:
+            x = x * self.scale
+        for layer in self.convs:
+            x = nn.relu(layer(x))
+        x = x.reshape(x.shape[0], -1)
+        for layer in self.dense:
+            x = act(layer(x))
+        return x
+
+    def recur(self, carry: Any, features: jax.Array) -> tuple[Any, jax.Array]:
+        return self.rnn(carry, features)
+
+    def head(self, y: jax.Array) -> jax.Array:
+        return self.out(y)
+
+    def std(self) -> jax.Array:
+        return self.log_std
+
+    def __call__(self, carry: Any, x: jax.Array) -> tuple[Any, jax.Array]:
+        carry, y = self.recur(carry, self.encode(x))
+        return carry, self.head(y)
+
+
+class Sequences(NamedTuple):
+    """What a recurrent network replays: time-major steps and each sequence's first carry."""
+
+    obs: jax.Array     # [L, B, *obs] (normalised as the networks see them)
+    start: jax.Array   # [L, B] bool: the step begins an episode (the carry starts fresh)
+    carry: Any         # {"actor": [B, ...], "critic": [B, ...]}: the carry before step 0
+
+
+class Recurrent(NamedTuple):
+    """A recurrent network pair's step functions; the carries of actor and critic have the
+    same structure (:attr:`init_carry`: ONE environment's, zeros)."""
+
+    init_carry: Callable[[], Any]
+    policy_step: Callable[..., tuple[Any, Any]]
+    #   (params, carry [B], obs [B, *obs], mask | None) -> (dist [B], carry)
+    unroll: Callable[..., tuple[dict, dict | None]]
+    #   (params, {name: carry [B]}, obs [L, B, *obs], start [L, B], keep_carries=False) ->
+    #   ({name: outputs [L, B, out]}, {name: carries after each step [L, B, ...]} or None),
+    #   names "actor"/"critic": the networks given a carry, stepped together in ONE scan
+    value_step: Callable[[Any, Any, jax.Array], jax.Array]
+    #   (params, critic carry [B], obs [B, *obs]) -> value [B]: one step from given carries
+
+
+def reset_carry(start: jax.Array, initial: Any, carry: Any) -> Any:
+    """``carry`` [*S, ...] with the entries whose ``start`` [*S] is set replaced by
+    ``initial`` (ONE environment's carry)."""
+    def pick(c0, c):
+        return jnp.where(start.reshape(*start.shape, *(1,) * (c.ndim - start.ndim)), c0, c)
+    return jax.tree.map(pick, initial, carry)
+
+
+def make_recurrent_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
+    conv = conv_torso(config, spec.obs_shape)
+    bounds = _tanh_bounds(config, spec)
+    scale = input_scale(spec.obs_dtype)
+    cell = dict(cell=config.cell, cell_size=config.cell_size, conv=conv, weights=config.init,
+                scale=scale)
+    modules = {
+        "actor": RecurrentMLP(config.actor_hidden, spec.action_dim, config.activation, 0.01,
+                              log_std_dim=spec.action_dim if spec.continuous else 0, **cell),
+        "critic": RecurrentMLP(config.critic_hidden, 1, config.activation, 1.0, **cell)}
+    dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
+
+    def init_carry() -> Any:
+        h = jnp.zeros((config.cell_size,), jnp.float32)
+        return h if config.cell == "gru" else (h, h)   # LSTM: (c, h)
+
+    def batched_carry(n: int) -> Any:
+        return jax.tree.map(lambda x: jnp.broadcast_to(x, (n, *x.shape)), init_carry())
+
+    def init(key: jax.Array) -> Any:
+        key_actor, key_critic = jax.random.split(key)
+        return {name: modules[name].init(k, batched_carry(1), dummy)["params"]
+                for name, k in (("actor", key_actor), ("critic", key_critic))}
+
+    def apply(params: Any, name: str, method: Any, *args: Any) -> Any:
+        return modules[name].apply({"params": params[name]}, *args, method=method)
+
+    def distribution(params: Any, out: jax.Array, mask: jax.Array | None):
+        if not spec.continuous:
+            dist = Categorical(out)
+            return dist.masked(mask) if mask is not None else dist
+        log_std = apply(params, "actor", RecurrentMLP.std)
+        low, high = (None, None) if bounds is None else map(jnp.asarray, bounds)
+        return DiagGaussian(out, jnp.broadcast_to(log_std, out.shape), low, high)
+
+    def policy_step(params: Any, carry: Any, obs: jax.Array, mask: jax.Array | None = None):
+        carry, out = apply(params, "actor", RecurrentMLP.__call__, carry, obs)
+        return distribution(params, out, mask), carry
+
+    def unroll(params: Any, carry: dict[str, Any], obs: jax.Array, start: jax.Array,
+               keep_carries: bool = False):
+        L, B = start.shape
+        flat = obs.reshape(L * B, *obs.shape[2:])
+        features = {name: apply(params, name, RecurrentMLP.encode, flat).reshape(L, B, -1)
+                    for name in carry}
+        initial = init_carry()
+
+        def step(carry, xs):
+            f, s = xs
+            stepped = {name: apply(params, name, RecurrentMLP.recur,
+                                   reset_carry(s, initial, c), f[name])
+                       for name, c in carry.items()}
+            carry = {name: c for name, (c, _) in stepped.items()}
+            ys = {name: y for name, (_, y) in stepped.items()}
+            return carry, (ys, carry if keep_carries else None)
+
+        _, (ys, carries) = jax.lax.scan(step, carry, (features, start))
+        out = {name: apply(params, name, RecurrentMLP.head,
+                           y.reshape(L * B, -1)).reshape(L, B, -1) for name, y in ys.items()}
+        return out, carries
+
+    def value_step(params: Any, carry: Any, obs: jax.Array) -> jax.Array:
+        return apply(params, "critic", RecurrentMLP.__call__, carry, obs)[1][:, 0]
+
+    def policy(params: Any, seq: Sequences, mask: jax.Array | None = None):
+        out, _ = unroll(params, {"actor": seq.carry["actor"]}, seq.obs, seq.start)
+        return distribution(params, out["actor"], mask)
+
+    def value(params: Any, seq: Sequences) -> jax.Array:
+        out, _ = unroll(params, {"critic": seq.carry["critic"]}, seq.obs, seq.start)
+        return out["critic"][..., 0]
+
+    def forward(params: Any, seq: Sequences, mask: jax.Array | None = None):
+        out, _ = unroll(params, seq.carry, seq.obs, seq.start)   # both cells in one scan
+        return distribution(params, out["actor"], mask), out["critic"][..., 0]
+
+    return Networks(init, policy, value, _env_action(bounds),
+                    Recurrent(init_carry, policy_step, unroll, value_step), forward)

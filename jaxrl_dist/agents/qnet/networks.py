@@ -151,8 +151,8 @@ def agent_parts(net: QNet, spec: EnvSpec) -> dict[str, Any]:
         params, eps = acting_state
         return epsilon_greedy(net.apply(params, obs), mask, eps, noise), carry, {}
 
-    def policy(params, obs, mask=None):
-        return greedy(net.apply(params, obs), mask)
+    def policy(params, carry, obs, mask=None):
+        return greedy(net.apply(params, obs), mask), carry
 
     return dict(init_params=net.init, init_carry=tuple,
                 noise=lambda key, t: exploration_noise(key, t, spec.action_dim),
