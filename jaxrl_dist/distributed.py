@@ -156,9 +156,15 @@ def exchange_text(name: str, value: str, timeout_s: float = 120.0) -> list[str]:
     from jax._src import distributed as jax_distributed
 
     client = jax_distributed.global_state.client
+    timeout_ms = int(timeout_s * 1000)
     client.key_value_set(f"jaxrl_dist/{name}/{jax.process_index()}", value)
-    return [client.blocking_key_value_get(f"jaxrl_dist/{name}/{rank}", int(timeout_s * 1000))
-            for rank in range(jax.process_count())]
+    values = [client.blocking_key_value_get(f"jaxrl_dist/{name}/{rank}", timeout_ms)
+              for rank in range(jax.process_count())]
+    # Nobody leaves before everybody has read: a caller that raises on what it read (a check
+    # that fails) would otherwise take rank 0's coordination service down under a process
+    # still reading, which then dies of a connection error instead of the check's message.
+    client.wait_at_barrier(f"jaxrl_dist/{name}/read", timeout_ms)
+    return values
 
 
 def allreduce_sum(value: Any) -> np.ndarray:

@@ -7,13 +7,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from jaxrl_dist.agents.algorithm import Algorithm, sweep_keys
+from jaxrl_dist.agents.choices import ACTIVATIONS, GRAD_CLIPS
 from jaxrl_dist.agents.torso import check_torso
 from jaxrl_dist.errors import ConfigError
 from jaxrl_dist.typed import doc as _doc
 
-ACTIVATIONS = ("tanh", "relu", "gelu", "silu", "elu")
 BOUNDED_ACTIONS = ("clip", "tanh")
-GRAD_CLIPS = ("global_norm", "element")
 INITS = ("orthogonal", "lecun")
 CELLS = ("none", "gru", "lstm")
 

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from jaxrl_dist.agents.choices import ACTIVATIONS, GRAD_CLIPS
 from jaxrl_dist.agents.torso import check_torso
 from jaxrl_dist.errors import ConfigError
 from jaxrl_dist.typed import doc as _doc
 
-ACTIVATIONS = ("relu", "tanh", "gelu", "silu", "swish", "elu")
 SCHEDULES = ("linear", "exponential")
-GRAD_CLIPS = ("global_norm", "element")
 LOSSES = ("huber", "mse")
 
 

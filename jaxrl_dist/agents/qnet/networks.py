@@ -22,10 +22,6 @@ from jaxrl_dist.distributions import MASKED_LOGIT
 from jaxrl_dist.envs import EnvError, EnvSpec
 
 
-def _activation(name: str) -> Callable:
-    return nn.swish if name == "swish" else getattr(nn, name)
-
-
 class QNetwork(nn.Module):
     """Optional convolutions (``conv``: ``nn.Conv`` arguments per layer, see ``agents.torso``),
     dense layers (if asked, LayerNorm before every activation, the convolutions' included),
@@ -41,7 +37,7 @@ class QNetwork(nn.Module):
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        act = _activation(self.activation)
+        act = getattr(nn, self.activation)
         x = x.astype(jnp.float32)
         if self.scale != 1.0:
             x = x * self.scale
