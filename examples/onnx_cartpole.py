@@ -6,6 +6,12 @@ no jax and no jaxrl_dist.
 
 prints each episode's return (episode i is reset with seed SEED + i) and their mean. The
 trainer's CartPole is gymnax's; its policy takes Gymnasium's observation, the same 4 floats.
+
+A recurrent policy (configs/cartpole_pomdp_gru.yaml) works too: the file's ``carry`` metadata
+names its carry inputs and outputs, each episode starts from the initial carry (zeros) and each
+step feeds back the carry the step before returned; where the run observed only some entries
+(``env_kwargs: {hide_velocities: true}``: [x, theta]), the ``observation_indices`` metadata
+says which, and only those are fed.
 """
 
 from __future__ import annotations
@@ -18,17 +24,32 @@ import numpy as np
 import onnxruntime
 
 
+def initial_carry(carry: list[dict]) -> dict[str, np.ndarray]:
+    """{input name: [1, *shape]} at an episode's start, as the ``carry`` metadata says."""
+    return {e["input"]: (np.zeros((1, *e["shape"]), np.float32) if e["initial"] == "zeros"
+                         else np.asarray(e["initial"], np.float32).reshape(1, *e["shape"]))
+            for e in carry}
+
+
 def play(model_path: str, seeds: list[int]) -> list[float]:
     """One episode per seed, actions from the ONNX policy; their undiscounted returns."""
     session = onnxruntime.InferenceSession(model_path, providers=["CPUExecutionProvider"])
+    props = session.get_modelmeta().custom_metadata_map
+    carry = json.loads(props.get("carry", "[]"))               # [] for a feed-forward policy
+    indices = json.loads(props.get("observation_indices", "null"))
+    outputs = ["actions", *(e["output"] for e in carry)]
     env = gymnasium.make("CartPole-v1")
     returns = []
     for seed in seeds:
         obs, _ = env.reset(seed=seed)
+        state = initial_carry(carry)
         total, done = 0.0, False
         while not done:
-            action = session.run(["actions"], {"obs": obs[None].astype(np.float32)})[0][0]
-            obs, reward, terminated, truncated, _ = env.step(int(action))
+            seen = obs if indices is None else obs[indices]
+            action, *next_carry = session.run(outputs, {"obs": seen[None].astype(np.float32),
+                                                        **state})
+            state = {e["input"]: c for e, c in zip(carry, next_carry)}
+            obs, reward, terminated, truncated, _ = env.step(int(action[0]))
             total += float(reward)
             done = terminated or truncated
         returns.append(total)

@@ -1,11 +1,11 @@
-"""``python -m jaxrl_dist.export``: every feed-forward network the trainer builds, as ONNX (and
-StableHLO), acts as ``policy.load`` does; a mismatch writes nothing; bad input is one line.
+"""``python -m jaxrl_dist.export``: every network the trainer builds (feed-forward, and recurrent
+PPO stepping its carry), as ONNX (and StableHLO), acts as ``policy.load`` does; a mismatch writes
+nothing; bad input is one line.
 
 Policies are built without training: the learner's own parameter tree with every leaf drawn at
 random (biases, LayerNorm scales and normalisation moments included, so a parameter mapped to
 the wrong place shows), checked at batch 1, 2 and 7 by the exporter itself."""
 
-import dataclasses
 import json
 import subprocess
 import sys
@@ -67,8 +67,9 @@ def make_policy(algo, section, env, seed=0):
         return agent.policy_params(agent.init(key, agent.init_params(key), {})[0])
     params = _random_like(jax.eval_shape(policy_tree, jax.random.PRNGKey(0)), seed)
     record = policy_lib.record(algo, section, spec)
-    fn, spec = policy_lib.make_policy_fn(record)
-    return policy_lib.Policy(fn, params, spec, algo, 0), record
+    agent, spec = policy_lib.make_agent(record)       # as policy_lib.load builds it
+    return policy_lib.Policy(policy_lib.feed_forward(agent), params, spec, algo, 0,
+                             jax.jit(agent.policy), agent.init_carry), record
 
 
 def _policy_actions(policy, obs, mask=None):
@@ -179,6 +180,48 @@ def test_the_example_plays_the_episodes_the_policy_plays(cartpole_run):
             total, done = total + reward, terminated or truncated
         expected.append(total)
     assert printed == expected and len(printed) == 3
+
+
+def test_the_example_steps_a_recurrent_policy_on_hidden_velocities(tmp_path):
+    """configs/cartpole_pomdp_gru.yaml's kind of run (a GRU observing [x, theta]) through the
+    command line: the metadata names the carry and ``observation_indices``, and the example,
+    feeding back the carry and only those entries, returns what ``Policy.act`` does playing
+    Gymnasium's CartPole on the same seeds."""
+    import runpy
+
+    import gymnasium
+
+    data = {**TINY, "env_kwargs": {"hide_velocities": True},
+            "ppo": {**TINY["ppo"], "network": {"actor_hidden": [16], "critic_hidden": [16],
+                                               "cell": "gru", "cell_size": 8}}}
+    config = config_lib.from_dict(data)
+    spec = make_env(config.env, env_kwargs={"hide_velocities": True})
+    section = config_lib.to_dict(config)["ppo"]
+    record = policy_lib.record("ppo", section, spec)
+    run_dir = tmp_path / "pomdp"
+    ckpt = Checkpointer(run_dir / "checkpoints", policy_params=lambda train: train)
+    ckpt.save(RunState(make_policy("ppo", section, record["env"], seed=4)[0].params, (), ()),
+              {"updates": 1, "config": config_lib.to_dict(config), "policy": record,
+               "members": None})
+    ckpt.close()
+    assert cli.main([str(run_dir)]) == 0
+    props = _session(run_dir / "policy.onnx").get_modelmeta().custom_metadata_map
+    assert json.loads(props["observation_indices"]) == [0, 2]
+    assert json.loads(props["observation_space"])["shape"] == [2]
+
+    seeds = [0, 1, 2]
+    printed = runpy.run_path(str(ROOT / "examples/onnx_cartpole.py"))["play"](
+        str(run_dir / "policy.onnx"), seeds)
+    loaded, env, expected = policy_lib.load(run_dir), gymnasium.make("CartPole-v1"), []
+    for seed in seeds:
+        obs, _ = env.reset(seed=seed)
+        carry, total, done = loaded.initial_carry(1), 0.0, False
+        while not done:
+            action, carry = loaded.act(obs[None, [0, 2]], carry)
+            obs, reward, terminated, truncated, _ = env.step(int(action[0]))
+            total, done = total + reward, terminated or truncated
+        expected.append(total)
+    assert printed == expected
 
 
 def test_a_mismatch_fails_in_one_line_and_writes_nothing(cartpole_run, tmp_path, monkeypatch,
@@ -353,11 +396,109 @@ def test_parameters_the_graph_does_not_use_are_refused():
         graph.build_model({**record, "algo": "reinforce"}, params, 17)
 
 
-def test_a_recurrent_policy_is_refused():
-    from jaxrl_dist.agents.ppo.config import NetworkConfig
-    if "cell" not in {f.name for f in dataclasses.fields(NetworkConfig)}:
-        pytest.skip("this tree has no recurrent PPO (ppo.network.cell)")
-    record = policy_lib.record("ppo", {"network": {"cell": "gru", "cell_size": 8}},
-                               EnvSpec.from_description(_env("CartPole-v1", [4], 2)))
-    with pytest.raises(ExportError, match="cell=gru: recurrent policies are not exported"):
-        graph.build_model(record, {}, 17)
+# ------------------------------------------------------------------- recurrent PPO (GRU, LSTM)
+
+def _recurrent(cell, **network):
+    return {"normalize_observations": True,
+            "network": {"actor_hidden": [16], "cell": cell, "cell_size": 8, **network}}
+
+
+def _step_both(policy, path, steps=12, batch=7, seed=11, masked=False):
+    """``steps`` steps of ``batch`` environments through onnxruntime (its carry outputs fed
+    back) and ``Policy.act``, rows 1 and 4 reset at step 5 (ONNX: zeros, as the metadata
+    says); the ONNX actions, and the largest |difference| of carries and actions."""
+    session = _session(path)
+    names = [i.name for i in session.get_inputs() if i.name.endswith("_in")]
+    carry = policy.initial_carry(batch)
+    state = {i.name: np.zeros((batch, i.shape[1]), np.float32) for i in session.get_inputs()
+             if i.name in names}
+    obs, mask = parity.sampled_sequences(policy.spec, steps, batch, seed)
+    worst, actions = 0.0, []
+    for t in range(steps):
+        if t == 5:
+            done = np.isin(np.arange(batch), [1, 4])
+            carry = policy.reset_carry(carry, done)
+            state = {n: np.where(done[:, None], 0.0, c).astype(np.float32)
+                     for n, c in state.items()}
+        m = None if mask is None else mask[t]
+        expected, carry = policy.act(obs[t], carry, m)
+        got, *out = session.run(["actions", *(n[:-3] + "_out" for n in names)],
+                                {"obs": obs[t], **({"mask": m} if masked else {}), **state})
+        state = dict(zip(names, out))
+        for mine, theirs in zip(out, jax.tree.leaves(carry)):
+            worst = max(worst, float(np.abs(mine - theirs).max()))
+        worst = max(worst, float(np.abs(got.astype(np.float64) - expected).max()))
+        actions.append(got)
+    return np.stack(actions), worst
+
+
+def test_gru_discrete_steps_its_carry(tmp_path):
+    """A GRU policy is one step ``obs, h_in -> actions, h_out``: stepped by hand through
+    onnxruntime with resets it acts as ``Policy.act``; the metadata names the carry; the
+    StableHLO file is the step ``(obs, carry) -> (actions, carry)``."""
+    env = _env("CartPole-v1", [4], 3)
+    policy, result = _export(tmp_path, "ppo", _recurrent("gru"), env)
+    assert policy.recurrent and result.sequence_length == parity.SEQUENCE_LENGTH
+    session = _session(result.onnx_path)
+    assert [i.name for i in session.get_inputs()] == ["obs", "h_in"]
+    assert [o.name for o in session.get_outputs()] == ["actions", "h_out"]
+    assert session.get_inputs()[1].shape == ["batch", 8]
+    props = session.get_modelmeta().custom_metadata_map
+    assert json.loads(props["carry"]) == [{"name": "h", "input": "h_in", "output": "h_out",
+                                           "shape": [8], "dtype": "float32",
+                                           "initial": "zeros"}]
+    assert {"MatMul", "Sigmoid", "Tanh", "Sub"} <= _ops(result.onnx_path)
+    assert not {"GRU", "LSTM"} & _ops(result.onnx_path)
+    actions, worst = _step_both(policy, result.onnx_path)
+    assert worst <= 1e-5
+    assert len(set(actions.ravel().tolist())) > 1
+
+    exported = jax.export.deserialize(result.stablehlo_path.read_bytes())
+    obs = parity.sampled_observations(policy.spec, 7, seed=12)
+    h = np.random.default_rng(0).normal(size=(7, 8)).astype(np.float32)
+    got_actions, got_h = exported.call(obs, h)
+    expected_actions, expected_h = policy.act(obs, h)
+    np.testing.assert_array_equal(np.asarray(got_actions), expected_actions)
+    np.testing.assert_allclose(np.asarray(got_h), expected_h, atol=1e-5, rtol=0)
+
+
+def test_lstm_continuous_tanh_at_opset_11(tmp_path):
+    """An LSTM's carry (c, h) is two inputs and two outputs, in the Policy's order."""
+    env = _env("Pendulum-v1", [3], 2, continuous=True, low=[-2.0, 0.0], high=[2.0, 1.0])
+    policy, result = _export(tmp_path, "ppo", _recurrent("lstm", bounded_actions="tanh"), env,
+                             opset=11)
+    session = _session(result.onnx_path)
+    assert [i.name for i in session.get_inputs()] == ["obs", "c_in", "h_in"]
+    assert [o.name for o in session.get_outputs()] == ["actions", "c_out", "h_out"]
+    assert onnx.load(str(result.onnx_path)).opset_import[0].version == 11
+    actions, worst = _step_both(policy, result.onnx_path)
+    assert worst <= 1e-5 and result.max_diff <= 1e-5
+    assert np.all(actions >= [-2.0, 0.0]) and np.all(actions <= [2.0, 1.0])
+
+
+def test_gru_with_action_masks(tmp_path):
+    env = _env("jumanji:Snake-v1", [6, 5], 4, masked=True)
+    policy, result = _export(tmp_path, "ppo", _recurrent("gru", torso="mlp"), env)
+    assert [i.name for i in _session(result.onnx_path).get_inputs()] == ["obs", "mask", "h_in"]
+    actions, worst = _step_both(policy, result.onnx_path, masked=True)
+    assert worst <= 1e-5
+    _, mask = parity.sampled_sequences(policy.spec, 12, 7, 11)
+    assert np.take_along_axis(mask, actions[..., None], -1).all()
+
+
+def test_a_wrong_recurrent_weight_fails_and_writes_nothing(tmp_path, monkeypatch):
+    """W_hz 1% off: the first step (h = 0) agrees, the carry after it does not."""
+    policy, record = make_policy("ppo", _recurrent("gru"), _env("CartPole-v1", [4], 2))
+    take = graph._Params.take
+
+    def off(self, path):
+        value = take(self, path)
+        return value * 1.01 if path == "actor/rnn/hz/kernel" else value
+    monkeypatch.setattr(graph._Params, "take", off)
+    with pytest.raises(parity.ParityError) as info:
+        export_policy(policy, record, tmp_path / "bad.onnx")
+    message = str(info.value)
+    assert info.value.exit_code == 1 and "\n" not in message
+    assert "on sampled observations differs from the trained policy at batch 1, step 1 of 6: "\
+        "largest |difference|" in message and message.endswith("nothing written")
+    assert list(tmp_path.iterdir()) == []

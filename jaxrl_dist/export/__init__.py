@@ -8,14 +8,21 @@ beside it, both proven at export time to act as :func:`jaxrl_dist.policy.load` d
   ``actions`` in the environment's units: int32 [batch] for discrete actions (the argmax,
   masked), float32 [batch, A] for continuous ones (the Gaussian mean, tanh-squashed if trained
   so, clipped to the bounds). Observation normalisation is inside the graph.
+* a recurrent PPO policy (``ppo.network.cell: gru | lstm``) is one step: also inputs ``h_in``
+  (GRU) or ``c_in``, ``h_in`` (LSTM), float32 [batch, cell_size], and outputs ``h_out`` (and
+  ``c_out``), the carry to feed to the next step; zeros at an episode's start.
 * metadata_props: ``env_id``, ``algorithm``, ``config_hash``, ``jaxrl_dist_version``,
-  ``checkpoint_step`` (and ``member``), ``observation_space`` and ``action_space`` (JSON).
+  ``checkpoint_step`` (and ``member``), ``observation_space`` and ``action_space`` (JSON);
+  ``carry`` (JSON: names, shapes, initial value) for a recurrent policy;
+  ``observation_indices`` where ``env_kwargs`` hid entries of the observation.
 * parity: onnxruntime against the loaded policy at batch 1, 2 and 7 (the StableHLO at 7), on
   sampled observations and, for gymnax and Gymnasium tasks, real ones; discrete actions equal,
-  continuous within 1e-5. A mismatch ends with one line naming the largest difference, exit 1,
-  and writes nothing.
+  continuous within 1e-5; a recurrent policy over 6-step sequences with a carry reset, carries
+  within 1e-5. A mismatch ends with one line naming the largest difference, exit 1, and writes
+  nothing.
 
-Feed-forward networks of PPO, DQN and PQN (MLP and CNN torsos, LayerNorm, dueling heads).
+PPO (feed-forward or recurrent: GRU, LSTM), DQN and PQN (MLP and CNN torsos, LayerNorm,
+dueling heads).
 Default opset 17 (``LayerNormalization``); 11 to 16 spell LayerNorm out in primitive ops. The
 graph is written with the ``onnx`` package from the learner's layers (:mod:`.graph`): jax2onnx
 0.17.1 conflicts with our orbax pin, and tf2onnx does not convert current jax2tf output.

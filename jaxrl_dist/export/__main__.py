@@ -50,8 +50,10 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr, flush=True)
         return e.exit_code
+    steps = (f" over {result.sequence_length}-step sequences (carries included)"
+             if result.sequence_length else "")
     print(f"wrote {result.onnx_path} (opset {result.opset}) and {result.stablehlo_path}; "
-          f"parity with the trained policy at batch 1, 2, 7 on {result.observations} "
+          f"parity with the trained policy at batch 1, 2, 7{steps} on {result.observations} "
           f"observations: largest |difference| {result.max_diff:.3g}")
     return 0
 

@@ -1,5 +1,6 @@
 """A run directory's policy -> ``policy.onnx`` (and ``policy.stablehlo``), written only once
-both act exactly as :func:`jaxrl_dist.policy.load` does on the same observations."""
+both act exactly as :func:`jaxrl_dist.policy.load` does on the same observations (a recurrent
+policy: on the same sequences, carries included)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jax
 import numpy as np
 
 import jaxrl_dist
@@ -25,9 +27,10 @@ DEFAULT_OPSET = 17
 class Exported:
     onnx_path: Path
     stablehlo_path: Path
-    max_diff: float          # largest |action difference| seen by the parity checks
+    max_diff: float          # largest |action (or carry) difference| the parity checks saw
     observations: str        # what they ran on: "sampled", or "sampled and real"
     opset: int
+    sequence_length: int = 0   # a recurrent policy's parity sequences (0: feed-forward)
 
 
 def config_hash(config: dict[str, Any]) -> str:
@@ -36,25 +39,49 @@ def config_hash(config: dict[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def observation_indices(config: dict[str, Any]) -> list[int] | None:
+    """Which entries of the environment's full observation the policy sees, when the run's
+    ``env_kwargs`` dropped some (gymnax ``hide_velocities``); None when it sees them all."""
+    env_id = config.get("env")
+    if not isinstance(env_id, str) or not (config.get("env_kwargs") or {}).get("hide_velocities"):
+        return None
+    from jaxrl_dist.envs import registry
+    from jaxrl_dist.envs.gymnax import WITHOUT_VELOCITIES
+
+    suite, name = registry.parse(env_id)
+    return list(WITHOUT_VELOCITIES[name]) if (suite == "gymnax"
+                                             and name in WITHOUT_VELOCITIES) else None
+
+
 def metadata(policy: policy_lib.Policy, meta: dict[str, Any], member: int | None
              ) -> dict[str, str]:
-    """What the ONNX file's metadata_props record (strings; the spaces as JSON)."""
+    """What the ONNX file's metadata_props record (strings; the spaces and a recurrent
+    policy's ``carry`` as JSON)."""
     config = meta.get("config") or {}
     props = {"env_id": str(config.get("env", policy.spec.name)), "algorithm": policy.algo,
              "config_hash": config_hash(config or meta["policy"]),
              "jaxrl_dist_version": jaxrl_dist.__version__,
-             "checkpoint_step": str(policy.step), **graph.spaces(policy.spec)}
+             "checkpoint_step": str(policy.step), **graph.spaces(policy.spec),
+             **graph.carry_metadata(graph.carry_layout(meta["policy"]),
+                                    jax.tree.leaves(policy.init_carry()))}
+    indices = observation_indices(config)
+    if indices is not None:
+        props["observation_indices"] = json.dumps(indices)
     if member is not None:
         props["member"] = str(member)
     return props
 
 
-def _onnx_runner(model_bytes: bytes, masked: bool):
+def _session(model_bytes: bytes):
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.log_severity_level = 3   # no optimizer chatter
-    session = ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(model_bytes, options, providers=["CPUExecutionProvider"])
+
+
+def _onnx_runner(model_bytes: bytes, masked: bool):
+    session = _session(model_bytes)
 
     def run(obs: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
         feeds = {"obs": obs, **({"mask": mask} if masked else {})}
@@ -62,21 +89,84 @@ def _onnx_runner(model_bytes: bytes, masked: bool):
     return run
 
 
+def _initial_from_metadata(carry: list[dict[str, Any]]):
+    """batch -> the carry at episode starts, as the metadata's ``carry`` entries say: what a
+    deployment following docs/export.md feeds."""
+    def initial(b: int) -> list[np.ndarray]:
+        return [np.zeros((b, *e["shape"]), np.float32) if e["initial"] == "zeros" else
+                np.broadcast_to(np.asarray(e["initial"], np.float32), (b, *e["shape"])).copy()
+                for e in carry]
+    return initial
+
+
+def _reset_to(initial):
+    def reset(carry: list[np.ndarray], done: np.ndarray) -> list[np.ndarray]:
+        return [np.where(done[:, None], c0, c) for c0, c in zip(initial(len(done)), carry)]
+    return reset
+
+
+def _onnx_stepper(model_bytes: bytes, masked: bool, carry: list[dict[str, Any]]
+                  ) -> parity.Stepper:
+    """The ONNX graph stepped as a deployment would: its carry outputs fed back as inputs,
+    reset to the metadata's initial carry."""
+    session = _session(model_bytes)
+    outputs = ["actions", *(e["output"] for e in carry)]
+
+    def step(obs, state, mask):
+        feeds = {"obs": obs, **({"mask": mask} if masked else {}),
+                 **{e["input"]: c for e, c in zip(carry, state)}}
+        actions, *state = session.run(outputs, feeds)
+        return actions, state
+    initial = _initial_from_metadata(carry)
+    return parity.Stepper(initial, step, _reset_to(initial))
+
+
+def _policy_stepper(policy: policy_lib.Policy) -> parity.Stepper:
+    """The reference: ``Policy.act``, reset by ``Policy.reset_carry``."""
+    treedef = jax.tree.structure(policy.init_carry())
+
+    def step(obs, state, mask):
+        actions, carry = policy.act(obs, jax.tree.unflatten(treedef, state), mask)
+        return actions, jax.tree.leaves(carry)
+
+    def reset(state, done):
+        return jax.tree.leaves(policy.reset_carry(jax.tree.unflatten(treedef, state), done))
+    return parity.Stepper(lambda b: jax.tree.leaves(policy.initial_carry(b)), step, reset)
+
+
 def stablehlo(policy: policy_lib.Policy):
     """``jax.export`` of the same function with the parameters inside and a symbolic batch
-    dimension, for the platform jax runs on here: ``(obs[, mask]) -> actions``."""
-    import jax
+    dimension, for the platform jax runs on here: ``(obs[, mask]) -> actions``, or for a
+    recurrent policy one step ``(obs, carry[, mask]) -> (actions, carry)`` (``carry`` as
+    ``Policy.initial_carry`` builds it: h [batch, H] for a GRU, (c, h) for an LSTM)."""
     from jax import export
 
     spec = policy.spec
     batch, = export.symbolic_shape("batch")
     args = [jax.ShapeDtypeStruct((batch, *spec.obs_shape), np.dtype(spec.obs_dtype))]
+    if policy.recurrent:
+        args.append(jax.tree.map(lambda x: jax.ShapeDtypeStruct((batch, *x.shape), x.dtype),
+                                 policy.init_carry()))
     if spec.masked:
         args.append(jax.ShapeDtypeStruct((batch, spec.action_dim), np.bool_))
 
-    def act(obs, mask=None):
-        return policy.fn(policy.params, obs, mask)
+    if policy.recurrent:
+        def act(obs, carry, mask=None):
+            return policy.step_fn(policy.params, carry, obs, mask)
+    else:
+        def act(obs, mask=None):
+            return policy.fn(policy.params, obs, mask)
     return export.export(jax.jit(act))(*args)
+
+
+def _stablehlo_stepper(exported, policy: policy_lib.Policy, initial) -> parity.Stepper:
+    treedef = jax.tree.structure(policy.init_carry())
+
+    def step(obs, state, mask):
+        actions, carry = exported.call(obs, jax.tree.unflatten(treedef, state),
+                                       *([] if mask is None else [mask]))
+        return np.asarray(actions), [np.asarray(c) for c in jax.tree.leaves(carry)]
+    return parity.Stepper(initial, step, _reset_to(initial))
 
 
 def _write(path: Path, data: bytes) -> None:
@@ -100,19 +190,34 @@ def export_policy(policy: policy_lib.Policy, record: dict[str, Any], out: str | 
     :class:`~jaxrl_dist.export.parity.ParityError` (writing nothing) if they do not."""
     out = Path(out)
     meta = meta if meta is not None else {"policy": record}
+    meta = {**meta, "policy": record}
     spec = policy.spec
-    model = graph.build_model(record, policy.params, opset, metadata(policy, meta, member))
+    props = metadata(policy, meta, member)
+    model = graph.build_model(record, policy.params, opset, props)
     onnx_bytes = model.SerializeToString()
     exported = stablehlo(policy)
+    onnx_name = f"the ONNX graph (opset {opset})"
+    if "carry" in props:
+        worst, kinds, length = _recurrent_parity(policy, meta, props, onnx_bytes, exported,
+                                                 onnx_name)
+    else:
+        worst, kinds, length = _feed_forward_parity(policy, meta, onnx_bytes, exported,
+                                                    onnx_name)
+    _write(out, onnx_bytes)
+    hlo_path = out.with_suffix(".stablehlo")
+    _write(hlo_path, exported.serialize())
+    return Exported(out, hlo_path, worst, kinds, opset, length)
 
+
+def _feed_forward_parity(policy, meta, onnx_bytes, exported, onnx_name):
+    spec = policy.spec
     obs_sets = [("sampled", parity.sampled_observations(spec))]
     real = parity.real_observations(meta.get("config"), spec)
     if real is not None:
         obs_sets.append(("real", real))
     mask = parity.sampled_masks(spec)
     candidates = [  # (what, run, batches): StableHLO at one (a compile per batch size)
-        (f"the ONNX graph (opset {opset})", _onnx_runner(onnx_bytes, spec.masked),
-         parity.BATCHES),
+        (onnx_name, _onnx_runner(onnx_bytes, spec.masked), parity.BATCHES),
         ("the StableHLO export", lambda o, m: exported.call(o, *([] if m is None else [m])),
          parity.BATCHES[-1:]),
     ]
@@ -121,10 +226,31 @@ def export_policy(policy: policy_lib.Policy, record: dict[str, Any], out: str | 
         for kind, obs in obs_sets:
             worst = max(worst, parity.check_parity(run, policy, spec, obs, mask,
                                                    f"{name} on {kind} observations", batches))
-    _write(out, onnx_bytes)
-    hlo_path = out.with_suffix(".stablehlo")
-    _write(hlo_path, exported.serialize())
-    return Exported(out, hlo_path, worst, " and ".join(k for k, _ in obs_sets), opset)
+    return worst, " and ".join(k for k, _ in obs_sets), 0
+
+
+def _recurrent_parity(policy, meta, props, onnx_bytes, exported, onnx_name):
+    """Sequences with a carry reset through the ONNX graph (batch 1, 2, 7) and the StableHLO
+    step (batch 7), each stepping its own carry, against ``Policy.act``."""
+    spec = policy.spec
+    carry = json.loads(props["carry"])
+    obs, mask = parity.sampled_sequences(spec)
+    obs_sets = [("sampled", obs)]
+    real = parity.real_sequences(meta.get("config"), spec)
+    if real is not None:
+        obs_sets.append(("real", real))
+    onnx_stepper = _onnx_stepper(onnx_bytes, spec.masked, carry)
+    candidates = [(onnx_name, onnx_stepper, parity.BATCHES),
+                  ("the StableHLO export", _stablehlo_stepper(exported, policy,
+                                                              onnx_stepper.initial),
+                   parity.BATCHES[-1:])]
+    reference, worst = _policy_stepper(policy), 0.0
+    for name, stepper, batches in candidates:
+        for kind, seq in obs_sets:
+            worst = max(worst, parity.check_recurrent_parity(
+                stepper, reference, spec, seq, mask, f"{name} on {kind} observations",
+                batches))
+    return worst, " and ".join(k for k, _ in obs_sets), int(obs.shape[0])
 
 
 def default_output(run_dir: str | Path, member: int | None) -> Path:

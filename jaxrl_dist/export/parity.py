@@ -5,13 +5,18 @@ frames), and, for a gymnax or Gymnasium task whose library is installed, also re
 random-action steps of the environment. Tasks with action masks get random masks with at least
 one legal action. :func:`check_parity` compares at batch 1, 2 and 7: discrete actions must be
 equal, continuous ones within 1e-5 (absolute). It is the one comparison every exported form
-goes through (ONNX; StableHLO at batch 7 alone, each batch size being a compile of its own; a
-recurrent policy would add its carry here).
+goes through (ONNX; StableHLO at batch 7 alone, each batch size being a compile of its own).
+
+A recurrent policy is compared over SEQUENCES (:func:`check_recurrent_parity`): 6 steps at batch
+1, 2 and 7, each side fed its own carry from its own initial one, the even rows reset to the
+initial carry before step 3 (as at an episode's start); actions as above, and every carry
+within 1e-5 after every step. Its observations are sampled ``[6, 7, *obs]`` and, for a gymnax
+task, 7 environments stepped 6 times with random actions.
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
@@ -21,6 +26,9 @@ from jaxrl_dist.export.graph import ExportError
 BATCHES = (1, 2, 7)
 CONTINUOUS_ATOL = 1e-5
 NUM_OBS = max(BATCHES)
+SEQUENCE_LENGTH = 6      # steps of a recurrent policy's parity sequences
+RESET_AT = 3             # the step before which the even rows start afresh
+CARRY_ATOL = 1e-5
 
 
 class ParityError(ExportError):
@@ -57,9 +65,10 @@ def _random_actions(spec: EnvSpec, rng: np.random.Generator, n: int) -> np.ndarr
                        (n, spec.action_dim)).astype(np.float32)
 
 
-def _gymnax_observations(env_id: str, config: dict[str, Any], spec: EnvSpec, n: int,
-                         seed: int) -> np.ndarray:
-    """Environment i after i random steps (the trainer's own adapter: its observations)."""
+def _gymnax_steps(env_id: str, config: dict[str, Any], spec: EnvSpec, n: int, steps: int,
+                  seed: int) -> np.ndarray:
+    """[steps, n, *obs]: ``n`` environments (the trainer's own adapter: its observations) from
+    reset through ``steps - 1`` random-action steps."""
     import jax
 
     from jaxrl_dist.envs import registry
@@ -71,11 +80,18 @@ def _gymnax_observations(env_id: str, config: dict[str, Any], spec: EnvSpec, n: 
     state, obs = jax.vmap(env.adapter.reset)(keys)
     step = jax.jit(jax.vmap(env.adapter.step))
     found = [np.asarray(obs)]
-    for t in range(n - 1):
+    for t in range(steps - 1):
         out = step(jax.random.split(jax.random.PRNGKey(seed + 1 + t), n), state,
                    _random_actions(spec, rng, n))
         state = out.state
         found.append(np.asarray(out.obs))
+    return np.stack(found)
+
+
+def _gymnax_observations(env_id: str, config: dict[str, Any], spec: EnvSpec, n: int,
+                         seed: int) -> np.ndarray:
+    """Environment i after i random steps."""
+    found = _gymnax_steps(env_id, config, spec, n, n, seed)
     return np.stack([found[i][i] for i in range(n)])
 
 
@@ -126,6 +142,96 @@ def real_observations(config: dict[str, Any] | None, spec: EnvSpec, n: int = NUM
     except Exception:   # noqa: BLE001 - a missing library or plug-in: sampled ones suffice
         return None
     return obs.astype(np.uint8 if spec.obs_dtype == "uint8" else np.float32)
+
+
+def sampled_sequences(spec: EnvSpec, length: int = SEQUENCE_LENGTH, n: int = NUM_OBS,
+                      seed: int = 0) -> tuple[np.ndarray, np.ndarray | None]:
+    """Observations [length, n, *obs_shape] and masks [length, n, A] (None unmasked), drawn
+    as :func:`sampled_observations` and :func:`sampled_masks` draw them."""
+    obs = sampled_observations(spec, length * n, seed)
+    mask = sampled_masks(spec, length * n, seed)
+    return (obs.reshape(length, n, *spec.obs_shape),
+            None if mask is None else mask.reshape(length, n, spec.action_dim))
+
+
+def real_sequences(config: dict[str, Any] | None, spec: EnvSpec, length: int = SEQUENCE_LENGTH,
+                   n: int = NUM_OBS, seed: int = 0) -> np.ndarray | None:
+    """[length, n, *obs_shape]: ``n`` environments of the run's task stepped with random
+    actions, when it is a gymnax one that can be built here (recurrent PPO trains on
+    environments stepped inside the program; Gymnasium's are not among them); None
+    otherwise."""
+    env_id = (config or {}).get("env")
+    if not isinstance(env_id, str):
+        return None
+    from jaxrl_dist.envs import registry
+
+    try:
+        if registry.parse(env_id)[0] != "gymnax":
+            return None
+        obs = _gymnax_steps(env_id, config, spec, n, length, seed)
+    except Exception:   # noqa: BLE001 - a missing library: sampled ones suffice
+        return None
+    return obs.astype(np.uint8 if spec.obs_dtype == "uint8" else np.float32)
+
+
+def _compare(got: np.ndarray, expected: np.ndarray, atol: float | None, what: str,
+             where: str, noun: str) -> float:
+    """The largest |difference| of two arrays; :class:`ParityError` over ``atol`` (None:
+    any difference, for discrete actions)."""
+    if got.shape != expected.shape:
+        raise ParityError(f"{what}: {noun} of shape {got.shape} {where}, the policy's are "
+                          f"{expected.shape}")
+    diff = np.abs(got.astype(np.float64) - expected.astype(np.float64))
+    diff = np.where(np.isnan(diff), np.inf, diff)
+    bad = diff > atol if atol is not None else diff > 0
+    if bad.any():
+        rule = (f"{noun}: more than {atol:g}" if atol is not None else
+                f"in {int(bad.sum())} of {bad.size} discrete {noun}")
+        raise ParityError(f"{what} differs from the trained policy {where}: largest "
+                          f"|difference| {float(diff.max()):.3g} ({rule}); nothing written")
+    return float(diff.max(initial=0.0))
+
+
+class Stepper(NamedTuple):
+    """One side of a recurrent comparison; a carry is the LIST of its arrays [B, size]
+    (the Policy's carry flattened by ``jax.tree.leaves``)."""
+
+    initial: Callable[[int], list[np.ndarray]]   # batch -> the carry at episode starts
+    step: Callable[..., tuple[np.ndarray, list[np.ndarray]]]
+    #   (obs [B, *obs], carry, mask [B, A] | None) -> (actions, next carry)
+    reset: Callable[[list[np.ndarray], np.ndarray], list[np.ndarray]]
+    #   (carry, done [B]) -> the carry with the done rows initial
+
+
+def check_recurrent_parity(candidate: Stepper, reference: Stepper, spec: EnvSpec,
+                           obs: np.ndarray, mask: np.ndarray | None, what: str,
+                           batches: tuple[int, ...] = BATCHES) -> float:
+    """Both sides stepped through ``obs`` [L, N, *obs] (and ``mask`` [L, N, A]) at each batch
+    size, each from its own initial carry and fed its own carry, the even rows reset before
+    step :data:`RESET_AT`; the largest |difference| of actions and carries. Raises
+    :class:`ParityError` when discrete actions differ, continuous ones by more than 1e-5, or a
+    carry by more than 1e-5."""
+    worst = 0.0
+    for b in batches:
+        carries = [candidate.initial(b), reference.initial(b)]
+        for t in range(obs.shape[0]):
+            where = f"at batch {b}, step {t} of {obs.shape[0]}"
+            if t == RESET_AT:
+                done = np.arange(b) % 2 == 0
+                carries = [candidate.reset(carries[0], done), reference.reset(carries[1], done)]
+            m = None if mask is None else mask[t, :b]
+            expected, carries[1] = reference.step(obs[t, :b], carries[1], m)
+            got, carries[0] = candidate.step(obs[t, :b], carries[0], m)
+            worst = max(worst, _compare(np.asarray(got), np.asarray(expected),
+                                        CONTINUOUS_ATOL if spec.continuous else None, what,
+                                        where, "actions"))
+            if len(carries[0]) != len(carries[1]):
+                raise ParityError(f"{what}: a carry of {len(carries[0])} arrays, the "
+                                  f"policy's has {len(carries[1])}")
+            for c_got, c_expected in zip(*carries):
+                worst = max(worst, _compare(np.asarray(c_got), np.asarray(c_expected),
+                                            CARRY_ATOL, what, where, "carry"))
+    return worst
 
 
 def check_parity(candidate: Callable[[np.ndarray, np.ndarray | None], np.ndarray],
