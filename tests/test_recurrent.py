@@ -2,7 +2,8 @@
 rollout (the PPO ratio is 1 at every step of an update's first minibatch, episode boundaries
 included: the carry reset one step off, a known bug class of JAX implementations, shows up
 there first), on 1 and 2 devices, with chunks, continuous actions and masks, and right after a
-resume; the same parameters on 1 and 2 devices; a population member is its single run; a run
+resume, and through the launcher on 2 processes; the same parameters on 1 and 2 devices and 2
+processes; a population member is its single run; a run
 resumes exactly; the policy and evaluation carry the state; config errors are one line.
 
 The whole file (the memory task aside) takes ~55 s on 2 cores, mostly compiling; the tests
@@ -283,3 +284,30 @@ def test_memory_task_gru_learns_where_the_mlp_cannot(tmp_path):
         results[cell] = train(config, tmp_path / cell, devices=jax.devices()[:1],
                               progress=False)["eval_return"]
     assert results["gru"] >= 200 and results["none"] <= 100, results
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_two_processes_replay_the_rollout_and_learn_what_two_devices_learn(one_and_two, tmp_path):
+    """Through the launcher, 2 processes x 1 device: every update's first minibatch replays the
+    rollout (ratio 1 at every step), and the parameters are those of 1 process x 2 devices."""
+    from helpers import run_launcher, summaries
+    net = RNN["ppo"]["network"]
+    sets = [f"env={RNN['env']}", f"episode_length={RNN['episode_length']}", f"seed={RNN['seed']}",
+            f"num_envs={RNN['num_envs']}", f"total_timesteps={RNN['total_timesteps']}",
+            "updates_per_call=1", "checkpoint_minutes=0", f"eval_episodes={RNN['eval_episodes']}",
+            *(f"ppo.{k}={v}" for k, v in RNN["ppo"].items() if k != "network"),
+            *(f"ppo.network.{k}={json.dumps(v)}" for k, v in net.items())]
+    run = tmp_path / "run"
+    proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "1",
+                         "configs/cartpole.yaml", "--run-dir", str(run), "--no-progress",
+                         "--set", *sets], timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = summaries(run / "logs")
+    assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"]
+    rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [r["updates"] for r in rows] == [1, 2, 3, 4]
+    assert max(r["first_ratio_deviation"] for r in rows) <= TOLERANCE, rows
+    state, _ = read_checkpoint(run / "checkpoints")
+    two_devices = sharding.to_host(one_and_two[2][1].train.params)
+    assert max_rel_diff(state["train"]["params"], two_devices) <= 1e-5
