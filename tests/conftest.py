@@ -37,7 +37,7 @@ def tiny_config():
 # The smoke tier (`pytest -m smoke`): what CI runs again on Python 3.12 with the newest JAX the
 # pins allow, one test per capability: train, the launcher on 2 processes, resume, DQN, an
 # environment suite, a host (Gymnasium) environment, the compile cache's version-guarded patch,
-# the import graph.
+# the import graph, recurrent PPO's replay, the ONNX export (feed-forward and recurrent).
 SMOKE = {
     "tests/test_train.py::test_cartpole_learns_and_writes_run_files",
     "tests/test_launch.py::test_two_processes_match_one_process_four_devices",
@@ -49,6 +49,9 @@ SMOKE = {
     "tests/test_compile_cache.py::test_second_run_reads_every_program_from_the_cache",
     "tests/test_imports.py",
     "tests/test_host_envs.py::test_every_learner_trains_on_a_registered_host_env[ppo]",
+    "tests/test_recurrent.py::test_first_minibatch_replays_the_rollout[2]",
+    "tests/test_export.py::test_the_command_line_writes_the_files_with_metadata_and_symbolic_batch",
+    "tests/test_export.py::test_gru_discrete_steps_its_carry",
 }
 
 
