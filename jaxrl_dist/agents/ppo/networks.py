@@ -5,10 +5,11 @@ returns an action distribution (:mod:`jaxrl_dist.distributions`).
 Networks hold no RNG state and know nothing about sharding; parameters are one plain pytree
 ``{"actor": ..., "critic": ...}`` so the optimizer, checkpoints and fingerprints see one tree.
 
-A recurrent network is replayed over sequences by ``Recurrent.unroll``: the torso and the head
-run batched over every step, only the cells run in the ``lax.scan``, and a step marked as an
-episode's start begins from a fresh carry BEFORE the cell sees it (the rollout resets the carry
-after the step that ended the previous episode: the same carries, in the same order).
+A recurrent network is replayed over sequences by ``Recurrent.unroll``: the torso, the head and
+the cells' input projections run batched over every step, only the carries' matmuls run in the
+``lax.scan``, and a step marked as an episode's start begins from a fresh carry BEFORE the cell
+sees it (the rollout resets the carry after the step that ended the previous episode: the same
+carries, in the same order).
 """
 
 from __future__ import annotations
@@ -163,9 +164,9 @@ def _kernel(init: str, scale: float):
 
 class RecurrentMLP(nn.Module):
     """:class:`MLP`'s layers with a recurrent cell between the hidden layers and the output
-    layer, as three methods so a replay runs the torso and the head batched over all steps
-    and only the cell step by step. The cell keeps flax's own initialisers (lecun inputs,
-    orthogonal recurrent kernels); ``log_std`` is the state-independent log std of a
+    layer. The torso and the head are methods so a replay runs them batched over all steps;
+    the cell's parameters are flax's (names and initialisers: lecun inputs, orthogonal
+    recurrent kernels) and are stepped by :func:`cell_step`; ``log_std`` is the state-independent log std of a
     Gaussian actor (``log_std_dim`` > 0)."""
 
     hidden: Sequence[int]
@@ -204,9 +205,6 @@ class RecurrentMLP(nn.Module):
             x = act(layer(x))
         return x
 
-    def recur(self, carry: Any, features: jax.Array) -> tuple[Any, jax.Array]:
-        return self.rnn(carry, features)
-
     def head(self, y: jax.Array) -> jax.Array:
         return self.out(y)
 
@@ -214,8 +212,61 @@ class RecurrentMLP(nn.Module):
         return self.log_std
 
     def __call__(self, carry: Any, x: jax.Array) -> tuple[Any, jax.Array]:
-        carry, y = self.recur(carry, self.encode(x))
+        carry, y = self.rnn(carry, self.encode(x))   # creates the parameters (``init``)
         return carry, self.head(y)
+
+
+class FusedCell(NamedTuple):
+    """A GRU's or LSTM's weights with the gates side by side: one matmul on the inputs and one
+    on the carry per step instead of one per gate (flax's ``GRUCell`` runs six)."""
+
+    w_in: jax.Array    # [F, G*H]
+    b_in: jax.Array    # [G*H]
+    w_h: jax.Array     # [H, G*H]
+    b_h: jax.Array     # [G*H]
+
+
+_GATES = {"gru": "rzn", "lstm": "ifgo"}
+
+
+def fuse_cell(cell: str, p: Any) -> FusedCell:
+    """flax's parameters of ``nn.GRUCell`` / ``nn.OptimizedLSTMCell`` (``p``: the cell's
+    subtree; names and initialisers stay flax's, so checkpoints are unchanged) as one
+    :class:`FusedCell`. GRU: biases on the inputs and on ``hn`` (kept apart: ``r`` scales it);
+    LSTM: biases on the carry."""
+    gates = _GATES[cell]
+    h = p[f"h{gates[0]}"]["kernel"].shape[0]
+    zeros = jnp.zeros((h,), jnp.float32)
+
+    def bias(prefix: str, gate: str) -> jax.Array:
+        return p[f"{prefix}{gate}"].get("bias", zeros)
+
+    return FusedCell(
+        jnp.concatenate([p[f"i{g}"]["kernel"] for g in gates], -1),
+        jnp.concatenate([bias("i", g) for g in gates]),
+        jnp.concatenate([p[f"h{g}"]["kernel"] for g in gates], -1),
+        jnp.concatenate([bias("h", g) for g in gates]))
+
+
+def cell_step(cell: str, w: FusedCell, carry: Any, projected: jax.Array) -> tuple[Any, jax.Array]:
+    """One step of the cell from its input projection ``projected`` = x @ w_in + b_in (which
+    does not depend on the carry, so a replay computes it for every step before the scan and
+    only the carry's matmul stays inside). The math is flax's cells' (``GRUCell``,
+    ``OptimizedLSTMCell``), gate for gate."""
+    if cell == "gru":
+        h = carry
+        xr, xz, xn = jnp.split(projected, 3, -1)
+        hr, hz, hn = jnp.split(h @ w.w_h + w.b_h, 3, -1)
+        r = jax.nn.sigmoid(xr + hr)
+        z = jax.nn.sigmoid(xz + hz)
+        n = jnp.tanh(xn + r * hn)
+        h = (1.0 - z) * n + z * h
+        return h, h
+    c, h = carry
+    i, f, g, o = jnp.split(projected + h @ w.w_h + w.b_h, 4, -1)
+    c = jax.nn.sigmoid(f) * c + jax.nn.sigmoid(i) * jnp.tanh(g)
+    h = jax.nn.sigmoid(o) * jnp.tanh(c)
+    return (c, h), h
 
 
 class Sequences(NamedTuple):
@@ -284,34 +335,43 @@ def make_recurrent_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
         low, high = (None, None) if bounds is None else map(jnp.asarray, bounds)
         return DiagGaussian(out, jnp.broadcast_to(log_std, out.shape), low, high)
 
+    def step(params: Any, name: str, carry: Any, obs: jax.Array) -> tuple[Any, jax.Array]:
+        """One step of network ``name`` on [B, *obs] (the rollout's, the bootstrap's): the
+        same fused cell as :func:`unroll`'s, so acting and replaying agree."""
+        w = fuse_cell(config.cell, params[name]["rnn"])
+        features = apply(params, name, RecurrentMLP.encode, obs)
+        carry, y = cell_step(config.cell, w, carry, features @ w.w_in + w.b_in)
+        return carry, apply(params, name, RecurrentMLP.head, y)
+
     def policy_step(params: Any, carry: Any, obs: jax.Array, mask: jax.Array | None = None):
-        carry, out = apply(params, "actor", RecurrentMLP.__call__, carry, obs)
+        carry, out = step(params, "actor", carry, obs)
         return distribution(params, out, mask), carry
 
     def unroll(params: Any, carry: dict[str, Any], obs: jax.Array, start: jax.Array,
                keep_carries: bool = False):
         L, B = start.shape
         flat = obs.reshape(L * B, *obs.shape[2:])
-        features = {name: apply(params, name, RecurrentMLP.encode, flat).reshape(L, B, -1)
-                    for name in carry}
+        cells = {name: fuse_cell(config.cell, params[name]["rnn"]) for name in carry}
+        projected = {name: (apply(params, name, RecurrentMLP.encode, flat) @ w.w_in + w.b_in
+                            ).reshape(L, B, -1) for name, w in cells.items()}
         initial = init_carry()
 
         def step(carry, xs):
-            f, s = xs
-            stepped = {name: apply(params, name, RecurrentMLP.recur,
-                                   reset_carry(s, initial, c), f[name])
+            x, s = xs
+            stepped = {name: cell_step(config.cell, cells[name], reset_carry(s, initial, c),
+                                       x[name])
                        for name, c in carry.items()}
             carry = {name: c for name, (c, _) in stepped.items()}
             ys = {name: y for name, (_, y) in stepped.items()}
             return carry, (ys, carry if keep_carries else None)
 
-        _, (ys, carries) = jax.lax.scan(step, carry, (features, start))
+        _, (ys, carries) = jax.lax.scan(step, carry, (projected, start))
         out = {name: apply(params, name, RecurrentMLP.head,
                            y.reshape(L * B, -1)).reshape(L, B, -1) for name, y in ys.items()}
         return out, carries
 
     def value_step(params: Any, carry: Any, obs: jax.Array) -> jax.Array:
-        return apply(params, "critic", RecurrentMLP.__call__, carry, obs)[1][:, 0]
+        return step(params, "critic", carry, obs)[1][:, 0]
 
     def policy(params: Any, seq: Sequences, mask: jax.Array | None = None):
         out, _ = unroll(params, {"actor": seq.carry["actor"]}, seq.obs, seq.start)
