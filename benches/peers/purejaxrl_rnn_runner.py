@@ -67,7 +67,6 @@ What ppo_rnn.py hard-codes (no config key), against ours (configs/cartpole_pomdp
 """
 
 import argparse
-import hashlib
 import json
 import os
 import sys
@@ -83,9 +82,10 @@ if "concurrency_optimized_scheduler" not in os.environ.get("XLA_FLAGS", ""):
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+import purejaxrl_src  # noqa: E402  (beside this file: the pinned source, checked)
 import yaml  # noqa: E402
 
-COMMIT = "31756b197773a52db763fdbe6d635e4b46522a73"
+COMMIT = purejaxrl_src.COMMIT
 BLOBS = {"ppo_rnn.py": "816dd43e829c584c1019c4741748b9eda3e91eb9",
          "wrappers.py": "09c520b1c876fbd675c1d798316d3901e1baedf9"}
 GRU_SIZE = 128   # hard-coded in ppo_rnn.py (ScannedRNN.initialize_carry(NUM_ENVS, 128))
@@ -107,20 +107,7 @@ seeds = [int(s) for s in args.seeds.split(",")]
 ours = yaml.safe_load(args.config.read_text())
 
 # ---------------------------------------------------------------- PureJaxRL's files, unchanged
-for name, blob in BLOBS.items():
-    path = args.src / name
-    if not path.exists():
-        sys.exit(f"PureJaxRL source missing: {path} (export purejaxrl/{name} of {COMMIT}; "
-                 f"see this runner's docstring)")
-    data = path.read_bytes()
-    if hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() != blob:
-        sys.exit(f"{path} is not purejaxrl/{name} of commit {COMMIT}")
-for stub in ("brax", "brax.envs", "brax.envs.wrappers", "brax.envs.wrappers.training", "navix"):
-    sys.modules.setdefault(stub, types.ModuleType(stub))
-sys.modules["brax"].envs = sys.modules["brax.envs"]
-sys.modules["brax.envs.wrappers.training"].EpisodeWrapper = None
-sys.modules["brax.envs.wrappers.training"].AutoResetWrapper = None
-sys.path.insert(0, str(args.src))
+purejaxrl_src.prepare(args.src, BLOBS)   # blob-checked; brax/navix stand-ins
 
 import flax.linen as linen  # noqa: E402
 import gymnax  # noqa: E402

@@ -58,12 +58,10 @@ ended in each chunk of updates; a chunk in which no episode ended is -1e9 (drawn
 """
 
 import argparse
-import hashlib
 import json
 import os
 import sys
 import time
-import types
 from pathlib import Path
 
 # jaxlib 0.10.2's CPU runtime can idle forever in long programs on small machines (seen here: a
@@ -76,8 +74,9 @@ if "concurrency_optimized_scheduler" not in os.environ.get("XLA_FLAGS", ""):
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 import numpy as np  # noqa: E402
+import purejaxrl_src  # noqa: E402  (beside this file: the pinned source, checked)
 
-COMMIT = "31756b197773a52db763fdbe6d635e4b46522a73"
+COMMIT = purejaxrl_src.COMMIT
 BLOBS = {"ppo.py": "0c62cc8ca7cf78354022e8a40e3877de042f39f1",
          "ppo_continuous_action.py": "1bced7f77149d4ac0a314ae56d92a893245407e8",
          "wrappers.py": "09c520b1c876fbd675c1d798316d3901e1baedf9"}
@@ -98,20 +97,7 @@ hp = json.loads(args.hparams)
 seeds = [int(s) for s in args.seeds.split(",")]
 
 # ---------------------------------------------------------------- PureJaxRL's files, unchanged
-for name, blob in BLOBS.items():
-    path = args.src / name
-    if not path.exists():
-        sys.exit(f"PureJaxRL source missing: {path} (export purejaxrl/{name} of {COMMIT}; "
-                 f"see this runner's docstring)")
-    data = path.read_bytes()
-    if hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest() != blob:
-        sys.exit(f"{path} is not purejaxrl/{name} of commit {COMMIT}")
-for stub in ("brax", "brax.envs", "brax.envs.wrappers", "brax.envs.wrappers.training", "navix"):
-    sys.modules.setdefault(stub, types.ModuleType(stub))
-sys.modules["brax"].envs = sys.modules["brax.envs"]
-sys.modules["brax.envs.wrappers.training"].EpisodeWrapper = None
-sys.modules["brax.envs.wrappers.training"].AutoResetWrapper = None
-sys.path.insert(0, str(args.src))
+purejaxrl_src.prepare(args.src, BLOBS)   # blob-checked; brax/navix stand-ins
 
 import gymnax  # noqa: E402
 from gymnax.environments import spaces  # noqa: E402

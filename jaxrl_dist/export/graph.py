@@ -28,7 +28,7 @@ from jax import lax
 from onnx import TensorProto, helper, numpy_helper
 
 from jaxrl_dist import agents, typed
-from jaxrl_dist.agents.ppo.networks import _tanh_bounds
+from jaxrl_dist.agents.ppo.networks import tanh_bounds
 from jaxrl_dist.agents.torso import conv_torso, input_scale
 from jaxrl_dist.distributions import MASKED_LOGIT
 from jaxrl_dist.envs import EnvSpec
@@ -281,7 +281,7 @@ def _ppo(g: _Graph, p: _Params, section: Any, spec: EnvSpec, x: str, mask: str |
     if not spec.continuous:
         return _argmax(g, out, mask), next_carry
     p.take("actor/log_std")                  # the mode does not depend on it
-    bounds = _tanh_bounds(net, spec)
+    bounds = tanh_bounds(net, spec)
     if bounds is not None:                   # DiagGaussian.env_action: low + (tanh u + 1) h
         low, high = (np.asarray(b, np.float32) for b in bounds)
         half = np.float32(0.5) * (high - low)

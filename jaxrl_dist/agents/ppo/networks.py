@@ -28,7 +28,7 @@ from jaxrl_dist.distributions import Categorical, DiagGaussian
 from jaxrl_dist.envs import EnvSpec
 
 
-def _tanh_bounds(config: NetworkConfig, spec: EnvSpec):
+def tanh_bounds(config: NetworkConfig, spec: EnvSpec):
     """(low, high) as hashable tuples when actions are squashed, else None (clipped)."""
     if config.bounded_actions != "tanh" or not spec.continuous or spec.action_low is None:
         return None
@@ -132,7 +132,7 @@ def make_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
     if config.cell != "none":
         return make_recurrent_networks(config, spec)
     conv = conv_torso(config, spec.obs_shape)
-    bounds = _tanh_bounds(config, spec)
+    bounds = tanh_bounds(config, spec)
     scale = input_scale(spec.obs_dtype)
     actor = Actor(config, spec.action_dim, spec.continuous, conv, scale, bounds)
     critic = Critic(config, conv, scale)
@@ -302,7 +302,7 @@ def reset_carry(start: jax.Array, initial: Any, carry: Any) -> Any:
 
 def make_recurrent_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
     conv = conv_torso(config, spec.obs_shape)
-    bounds = _tanh_bounds(config, spec)
+    bounds = tanh_bounds(config, spec)
     scale = input_scale(spec.obs_dtype)
     cell = dict(cell=config.cell, cell_size=config.cell_size, conv=conv, weights=config.init,
                 scale=scale)
