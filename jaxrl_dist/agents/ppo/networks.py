@@ -166,8 +166,8 @@ class RecurrentMLP(nn.Module):
     """:class:`MLP`'s layers with a recurrent cell between the hidden layers and the output
     layer. The torso and the head are methods so a replay runs them batched over all steps;
     the cell's parameters are flax's (names and initialisers: lecun inputs, orthogonal
-    recurrent kernels) and are stepped by :func:`cell_step`; ``log_std`` is the state-independent log std of a
-    Gaussian actor (``log_std_dim`` > 0)."""
+    recurrent kernels) and are stepped by :func:`cell_step`; ``log_std`` is the
+    state-independent log std of a Gaussian actor (``log_std_dim`` > 0)."""
 
     hidden: Sequence[int]
     out_dim: int
@@ -335,7 +335,7 @@ def make_recurrent_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
         low, high = (None, None) if bounds is None else map(jnp.asarray, bounds)
         return DiagGaussian(out, jnp.broadcast_to(log_std, out.shape), low, high)
 
-    def step(params: Any, name: str, carry: Any, obs: jax.Array) -> tuple[Any, jax.Array]:
+    def one_step(params: Any, name: str, carry: Any, obs: jax.Array) -> tuple[Any, jax.Array]:
         """One step of network ``name`` on [B, *obs] (the rollout's, the bootstrap's): the
         same fused cell as :func:`unroll`'s, so acting and replaying agree."""
         w = fuse_cell(config.cell, params[name]["rnn"])
@@ -344,7 +344,7 @@ def make_recurrent_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
         return carry, apply(params, name, RecurrentMLP.head, y)
 
     def policy_step(params: Any, carry: Any, obs: jax.Array, mask: jax.Array | None = None):
-        carry, out = step(params, "actor", carry, obs)
+        carry, out = one_step(params, "actor", carry, obs)
         return distribution(params, out, mask), carry
 
     def unroll(params: Any, carry: dict[str, Any], obs: jax.Array, start: jax.Array,
@@ -371,7 +371,7 @@ def make_recurrent_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
         return out, carries
 
     def value_step(params: Any, carry: Any, obs: jax.Array) -> jax.Array:
-        return step(params, "critic", carry, obs)[1][:, 0]
+        return one_step(params, "critic", carry, obs)[1][:, 0]
 
     def policy(params: Any, seq: Sequences, mask: jax.Array | None = None):
         out, _ = unroll(params, {"actor": seq.carry["actor"]}, seq.obs, seq.start)
