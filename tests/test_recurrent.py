@@ -129,6 +129,27 @@ def test_replay_with_chunks_continuous_actions_and_masks(case):
 
 
 @pytest.mark.slow
+def test_a_shared_cell_replays_the_rollout_on_1_and_2_devices():
+    """``network.shared``: the critic is an output layer on the actor's cell, read from the
+    rollout's carries (no critic carry kept between updates), in chunks too; the replay is
+    exact and the result topology-invariant, and the value loss trains the shared cell."""
+    config = _config(**{"ppo.network.shared": True, "ppo.sequence_length": 8,
+                        "ppo.num_minibatches": 4})
+    (m1, s1), (m2, s2) = (_updates(config, n) for n in (1, 2))
+    for metrics in (m1, m2):
+        assert np.all(metrics["episodes"] > 0)
+        assert np.max(metrics["first_ratio_deviation"]) <= TOLERANCE
+    p1, p2 = sharding.to_host(s1.train.params), sharding.to_host(s2.train.params)
+    assert max_rel_diff(p2, p1) <= 1e-4
+    assert s1.data == () and set(p1["critic"]) == {"out"} and "rnn" in p1["actor"]
+    # without the critic's loss the shared cell ends elsewhere: the value loss reaches it
+    m0, s0 = _updates(_config(**{"ppo.network.shared": True, "ppo.sequence_length": 8,
+                                 "ppo.num_minibatches": 4, "ppo.vf_coef": 0.0}), 1)
+    rnn = lambda s: sharding.to_host(s.train.params)["actor"]["rnn"]  # noqa: E731
+    assert max_rel_diff(rnn(s0), rnn(s1)) > 1e-3
+
+
+@pytest.mark.slow
 def test_a_carry_reset_one_step_off_is_caught(monkeypatch):
     """The check is not vacuous: resetting at the CURRENT step's done (the bug) breaks it."""
     def off_by_one(steps):
@@ -269,6 +290,8 @@ def test_hidden_velocities_observe_x_and_theta():
     ({"ppo.sequence_length": 5}, ["ppo.sequence_length (5) must divide ppo.num_steps (16)"]),
     ({"ppo.network.cell": "none", "ppo.sequence_length": 8}, ["recurrent networks only"]),
     ({"ppo.num_minibatches": 3}, ["ppo.num_minibatches (3) must divide", "= 4"]),
+    ({"ppo.network.cell": "none", "ppo.network.shared": True},
+     ["ppo.network.shared shares the actor's recurrent cell", "cell to gru or lstm"]),
 ])
 def test_bad_recurrent_config_is_one_line(overrides, words):
     with pytest.raises(ConfigError) as info:

@@ -41,8 +41,11 @@ class NetworkConfig:
                                 default="clip")
     cell: str = _doc("recurrent cell after each network's torso and hidden layers, before its "
                      "head: none (feed-forward), gru (flax GRUCell) or lstm (flax "
-                     "OptimizedLSTMCell); actor and critic each have their own",
-                     default="none")
+                     "OptimizedLSTMCell); actor and critic each have their own unless "
+                     "shared", default="none")
+    shared: bool = _doc("with a cell: the critic is an output layer on the actor's torso, "
+                        "hidden layers and cell (one cell, as PureJaxRL's ppo_rnn; "
+                        "critic_hidden unused), not a network of its own", default=False)
     cell_size: int = _doc("features of the recurrent cell's state (with cell gru or lstm)",
                           default=128)
 
@@ -154,6 +157,9 @@ def check(p: PPOConfig) -> None:
              f"ppo.network.bounded_actions must be one of {', '.join(BOUNDED_ACTIONS)}, "
              f"got {n.bounded_actions!r}")
     check_torso(n, "ppo")
+    _require(not n.shared or n.cell != "none",
+             "ppo.network.shared shares the actor's recurrent cell: set ppo.network.cell to "
+             "gru or lstm, or shared: false")
     for name in ("actor_hidden", "critic_hidden"):
         sizes = getattr(n, name)
         _require(all(s >= 1 for s in sizes),

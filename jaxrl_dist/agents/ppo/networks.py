@@ -9,7 +9,9 @@ A recurrent network is replayed over sequences by ``Recurrent.unroll``: the tors
 the cells' input projections run batched over every step, only the carries' matmuls run in the
 ``lax.scan``, and a step marked as an episode's start begins from a fresh carry BEFORE the cell
 sees it (the rollout resets the carry after the step that ended the previous episode: the same
-carries, in the same order).
+carries, in the same order). With ``network.shared`` the critic is only an output layer on the
+actor's cell (one cell, as PureJaxRL's ``ppo_rnn``): one carry per environment and half the
+recurrent work of separate networks.
 """
 
 from __future__ import annotations
@@ -216,6 +218,18 @@ class RecurrentMLP(nn.Module):
         return carry, self.head(y)
 
 
+class ValueHead(nn.Module):
+    """The critic's output layer on the actor's cell outputs (``network.shared``)."""
+
+    weights: str = "orthogonal"
+
+    def setup(self):
+        self.out = nn.Dense(1, kernel_init=_kernel(self.weights, 1.0))
+
+    def __call__(self, y: jax.Array) -> jax.Array:
+        return self.out(y)
+
+
 class FusedCell(NamedTuple):
     """A GRU's or LSTM's weights with the gates side by side: one matmul on the inputs and one
     on the carry per step instead of one per gate (flax's ``GRUCell`` runs six)."""
@@ -287,7 +301,8 @@ class Recurrent(NamedTuple):
     unroll: Callable[..., tuple[dict, dict | None]]
     #   (params, {name: carry [B]}, obs [L, B, *obs], start [L, B], keep_carries=False) ->
     #   ({name: outputs [L, B, out]}, {name: carries after each step [L, B, ...]} or None),
-    #   names "actor"/"critic": the networks given a carry, stepped together in ONE scan
+    #   names "actor"/"critic": the outputs wanted, stepped together in ONE scan (with
+    #   ``network.shared`` both come from the actor's cell, stepped from the first carry given)
     value_step: Callable[[Any, Any, jax.Array], jax.Array]
     #   (params, critic carry [B], obs [B, *obs]) -> value [B]: one step from given carries
 
@@ -306,11 +321,17 @@ def make_recurrent_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
     scale = input_scale(spec.obs_dtype)
     cell = dict(cell=config.cell, cell_size=config.cell_size, conv=conv, weights=config.init,
                 scale=scale)
+    shared = config.shared
     modules = {
         "actor": RecurrentMLP(config.actor_hidden, spec.action_dim, config.activation, 0.01,
                               log_std_dim=spec.action_dim if spec.continuous else 0, **cell),
-        "critic": RecurrentMLP(config.critic_hidden, 1, config.activation, 1.0, **cell)}
+        "critic": (ValueHead(config.init) if shared else
+                   RecurrentMLP(config.critic_hidden, 1, config.activation, 1.0, **cell))}
     dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
+
+    def cell_of(name: str) -> str:
+        """The network whose torso and cell ``name``'s output is computed from."""
+        return "actor" if shared else name
 
     def init_carry() -> Any:
         h = jnp.zeros((config.cell_size,), jnp.float32)
@@ -321,11 +342,19 @@ def make_recurrent_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
 
     def init(key: jax.Array) -> Any:
         key_actor, key_critic = jax.random.split(key)
-        return {name: modules[name].init(k, batched_carry(1), dummy)["params"]
-                for name, k in (("actor", key_actor), ("critic", key_critic))}
+        params = {"actor": modules["actor"].init(key_actor, batched_carry(1), dummy)["params"]}
+        critic_input = (jnp.zeros((1, config.cell_size), jnp.float32),) if shared else (
+            batched_carry(1), dummy)
+        params["critic"] = modules["critic"].init(key_critic, *critic_input)["params"]
+        return params
 
     def apply(params: Any, name: str, method: Any, *args: Any) -> Any:
         return modules[name].apply({"params": params[name]}, *args, method=method)
+
+    def head(params: Any, name: str, y: jax.Array) -> jax.Array:
+        """``name``'s output layer on cell outputs ``y`` [B, cell_size]."""
+        module = modules[name]
+        return apply(params, name, module.head if isinstance(module, RecurrentMLP) else None, y)
 
     def distribution(params: Any, out: jax.Array, mask: jax.Array | None):
         if not spec.continuous:
@@ -338,10 +367,11 @@ def make_recurrent_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
     def one_step(params: Any, name: str, carry: Any, obs: jax.Array) -> tuple[Any, jax.Array]:
         """One step of network ``name`` on [B, *obs] (the rollout's, the bootstrap's): the
         same fused cell as :func:`unroll`'s, so acting and replaying agree."""
-        w = fuse_cell(config.cell, params[name]["rnn"])
-        features = apply(params, name, RecurrentMLP.encode, obs)
+        trunk = cell_of(name)
+        w = fuse_cell(config.cell, params[trunk]["rnn"])
+        features = apply(params, trunk, RecurrentMLP.encode, obs)
         carry, y = cell_step(config.cell, w, carry, features @ w.w_in + w.b_in)
-        return carry, apply(params, name, RecurrentMLP.head, y)
+        return carry, head(params, name, y)
 
     def policy_step(params: Any, carry: Any, obs: jax.Array, mask: jax.Array | None = None):
         carry, out = one_step(params, "actor", carry, obs)
@@ -351,6 +381,8 @@ def make_recurrent_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
                keep_carries: bool = False):
         L, B = start.shape
         flat = obs.reshape(L * B, *obs.shape[2:])
+        outputs = list(carry)   # shared: one cell, stepped from the first carry given
+        carry = {cell_of(name): c for name, c in reversed(carry.items())}
         cells = {name: fuse_cell(config.cell, params[name]["rnn"]) for name in carry}
         projected = {name: (apply(params, name, RecurrentMLP.encode, flat) @ w.w_in + w.b_in
                             ).reshape(L, B, -1) for name, w in cells.items()}
@@ -366,8 +398,10 @@ def make_recurrent_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
             return carry, (ys, carry if keep_carries else None)
 
         _, (ys, carries) = jax.lax.scan(step, carry, (projected, start))
-        out = {name: apply(params, name, RecurrentMLP.head,
-                           y.reshape(L * B, -1)).reshape(L, B, -1) for name, y in ys.items()}
+        out = {name: head(params, name, ys[cell_of(name)].reshape(L * B, -1)).reshape(L, B, -1)
+               for name in outputs}
+        if carries is not None:
+            carries = {name: carries[cell_of(name)] for name in outputs}
         return out, carries
 
     def value_step(params: Any, carry: Any, obs: jax.Array) -> jax.Array:
@@ -378,11 +412,12 @@ def make_recurrent_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
         return distribution(params, out["actor"], mask)
 
     def value(params: Any, seq: Sequences) -> jax.Array:
-        out, _ = unroll(params, {"critic": seq.carry["critic"]}, seq.obs, seq.start)
+        out, _ = unroll(params, {"critic": seq.carry[cell_of("critic")]}, seq.obs, seq.start)
         return out["critic"][..., 0]
 
     def forward(params: Any, seq: Sequences, mask: jax.Array | None = None):
-        out, _ = unroll(params, seq.carry, seq.obs, seq.start)   # both cells in one scan
+        carries = {name: seq.carry[cell_of(name)] for name in ("actor", "critic")}
+        out, _ = unroll(params, carries, seq.obs, seq.start)   # both outputs in one scan
         return distribution(params, out["actor"], mask), out["critic"][..., 0]
 
     return Networks(init, policy, value, _env_action(bounds),

@@ -111,14 +111,15 @@ def make_init_fn(p: PPOConfig, sizes: Sizes, spec: EnvSpec, nets: Networks | Non
                  ) -> Callable:
     """(key, params, swept hparams) -> (TrainState, data) of one member. A feed-forward PPO
     keeps no data between updates; a recurrent one keeps its critic's carry for each local
-    environment (where the next rollout's values start from)."""
+    environment (where the next rollout's values start from), unless the critic shares the
+    actor's cell (``network.shared``: the rollout's carries are the critic's)."""
     optimizer, _ = make_optimizer(p, sizes)   # its state's structure
 
     def init(key: jax.Array, params: Any, swept: dict[str, jax.Array]):
         train = TrainState(params, optimizer.init(params),
                            running_stats.init_moments(spec.obs_shape),
                            running_stats.init_moments(()), key, jnp.int32(0), swept)
-        if nets is None or nets.recurrent is None:
+        if nets is None or nets.recurrent is None or p.network.shared:
             return train, ()
         return train, jax.tree.map(lambda x: jnp.broadcast_to(x, (sizes.local_envs, *x.shape)),
                                    nets.recurrent.init_carry())
@@ -395,10 +396,12 @@ def make_learn_fn(p: PPOConfig, sizes: Sizes, spec: EnvSpec, nets: Networks, axi
             mb = step_minibatcher(p, env_ids, T)
         else:
             obs_seen, start = normalize_fn(steps.obs), episode_starts(steps)
-            critic_first = data
-            values, critic_carries, data = recurrent_values(
+            # shared: the critic reads the actor's cell, whose carries the rollout kept
+            critic_first = trajectory.carry if p.network.shared else data
+            values, critic_carries, critic_next = recurrent_values(
                 p, nets, train.params, trajectory, obs_seen, start, critic_first, normalize_fn,
                 denormalize)
+            data = () if p.network.shared else critic_next
             mb = sequence_minibatcher(p, env_ids)
         advantages, targets, weight = gae_targets(p, hp, steps, values)
         value = values.value
@@ -429,14 +432,17 @@ def make_learn_fn(p: PPOConfig, sizes: Sizes, spec: EnvSpec, nets: Networks, axi
         else:   # sequences, each from the carries the rollout had at its first step
             r, C = nets.recurrent, sequences_per_env(p)
             actor_carries = None
-            if C > 1:   # the actor's carries inside the rollout, replayed as it acted
+            if p.network.shared:   # the critic's replay was the actor's cell
+                actor_carries = critic_carries
+            elif C > 1:   # the actor's carries inside the rollout, replayed as it acted
                 actor_carries = r.unroll(train.params, {"actor": trajectory.carry}, obs_seen,
                                          start, keep_carries=True)[1]["actor"]
-            inputs = Sequences(obs_seen, start, {
-                "actor": sequence_carries(trajectory.carry, actor_carries, start, C,
-                                          r.init_carry()),
-                "critic": sequence_carries(critic_first, critic_carries, start, C,
-                                           r.init_carry())})
+            carries = {"actor": sequence_carries(trajectory.carry, actor_carries, start, C,
+                                                 r.init_carry())}
+            if not p.network.shared:
+                carries["critic"] = sequence_carries(critic_first, critic_carries, start, C,
+                                                     r.init_carry())
+            inputs = Sequences(obs_seen, start, carries)
         batch = losses.LossInputs(inputs, steps.action, steps.extras["log_prob"], scale(value),
                                   advantages, scale(targets), steps.mask, weight)
         progress = train.update.astype(jnp.float32) / sizes.num_updates
