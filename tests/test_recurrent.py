@@ -2,7 +2,8 @@
 rollout (the PPO ratio is 1 at every step of an update's first minibatch, episode boundaries
 included: the carry reset one step off, a known bug class of JAX implementations, shows up
 there first), on 1 and 2 devices, with chunks, continuous actions and masks, and right after a
-resume, and through the launcher on 2 processes; the same parameters on 1 and 2 devices and 2
+resume, and through the launcher on 2 processes, a rank killed and the job restarted; the same
+parameters on 1 and 2 devices and 2
 processes; a population member is its single run; a run
 resumes exactly; the policy and evaluation carry the state; config errors are one line.
 
@@ -10,6 +11,7 @@ The whole file (the memory task aside) takes ~55 s on 2 cores, mostly compiling;
 over ~5 s each are marked slow (tests/conftest.py's developer tier)."""
 
 import json
+import re
 import shutil
 from dataclasses import dataclass, replace
 from typing import Any
@@ -338,24 +340,32 @@ def test_memory_task_gru_learns_where_the_mlp_cannot(tmp_path):
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_two_processes_replay_the_rollout_and_learn_what_two_devices_learn(one_and_two, tmp_path):
-    """Through the launcher, 2 processes x 1 device: every update's first minibatch replays the
-    rollout (ratio 1 at every step), and the parameters are those of 1 process x 2 devices."""
+    """Through the launcher, 2 processes x 1 device, a checkpoint every update, rank 1 killed
+    (SIGKILL) after its last update and the job restarted from update 2's or 3's checkpoint
+    (carries included; saves are asynchronous, and each waits for the one before, so update
+    2's is complete once update 3's starts): every update's first
+    minibatch replays the rollout (ratio 1 at every step), those after the restart too, and the
+    parameters are those of 1 process x 2 devices, uninterrupted."""
     from helpers import run_launcher, summaries
     net = RNN["ppo"]["network"]
     sets = [f"env={RNN['env']}", f"episode_length={RNN['episode_length']}", f"seed={RNN['seed']}",
             f"num_envs={RNN['num_envs']}", f"total_timesteps={RNN['total_timesteps']}",
-            "updates_per_call=1", "checkpoint_minutes=0", f"eval_episodes={RNN['eval_episodes']}",
+            "updates_per_call=1", "checkpoint_minutes=0", "checkpoint_every=1",
+            f"eval_episodes={RNN['eval_episodes']}",
             *(f"ppo.{k}={v}" for k, v in RNN["ppo"].items() if k != "network"),
             *(f"ppo.network.{k}={json.dumps(v)}" for k, v in net.items())]
     run = tmp_path / "run"
     proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "1",
-                         "configs/cartpole.yaml", "--run-dir", str(run), "--no-progress",
-                         "--set", *sets], timeout=240)
+                         "--max-restarts", "1", "configs/cartpole.yaml", "--run-dir", str(run),
+                         "--no-progress", "--set", *sets], timeout=240,
+                        JAXRL_FAULT="kill@1:4", JAXRL_FAULT_ONCE=str(tmp_path / "fired"))
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "restarting all local workers" in proc.stderr
+    assert re.search(r"resuming at [23] ", (run / "logs" / "rank0.log").read_text())
     ranks = summaries(run / "logs")
     assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"]
     rows = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
-    assert [r["updates"] for r in rows] == [1, 2, 3, 4]
+    assert [r["updates"] for r in rows][-2:] == [3, 4], rows   # 3 and 4 ran after the restart
     assert max(r["first_ratio_deviation"] for r in rows) <= TOLERANCE, rows
     state, _ = read_checkpoint(run / "checkpoints")
     two_devices = sharding.to_host(one_and_two[2][1].train.params)
