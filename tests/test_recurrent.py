@@ -3,9 +3,9 @@ rollout (the PPO ratio is 1 at every step of an update's first minibatch, episod
 included: the carry reset one step off, a known bug class of JAX implementations, shows up
 there first), on 1 and 2 devices, with chunks, continuous actions and masks, and right after a
 resume, and through the launcher on 2 processes, a rank killed and the job restarted; the same
-parameters on 1 and 2 devices and 2
-processes; a population member is its single run; a run
-resumes exactly; the policy and evaluation carry the state; config errors are one line.
+parameters on 1 and 2 devices and 2 processes; a population member is its single run; a run
+resumes exactly; one cell shared by actor and critic replays as exactly; the policy and
+evaluation carry the state; config errors are one line.
 
 The whole file (the memory task aside) takes ~55 s on 2 cores, mostly compiling; the tests
 over ~5 s each are marked slow (tests/conftest.py's developer tier)."""
