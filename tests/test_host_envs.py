@@ -387,3 +387,28 @@ def test_sigterm_saves_on_every_process_and_resumes(tmp_path):
 
 if __name__ == "__main__":
     sys.exit(pytest.main([__file__, "-v"]))
+
+
+def test_episode_sums_are_the_per_step_running_sums():
+    """The host actors' vectorised episode statistics equal summing step by step, episodes
+    that span rollouts included."""
+    from jaxrl_dist.actors import episode_sums
+
+    rng = np.random.default_rng(0)
+    for _ in range(100):
+        T, n = rng.integers(1, 40), rng.integers(1, 9)
+        reward = rng.normal(size=(T, n)).astype(np.float32)
+        done = rng.random((T, n)) < rng.random()
+        ret0, len0 = rng.normal(size=n), rng.integers(0, 50, n)
+        ret, length, want_r, want_l = ret0.copy(), len0.copy(), [], []
+        for t in range(T):
+            ret, length = ret + reward[t], length + 1
+            want_r.append(np.where(done[t], ret, 0.0))
+            want_l.append(np.where(done[t], length, 0))
+            ret, length = np.where(done[t], 0.0, ret), np.where(done[t], 0, length)
+        got = episode_sums(reward, done, ret0, len0)
+        np.testing.assert_allclose(got[0], np.stack(want_r), rtol=1e-6, atol=1e-5)
+        np.testing.assert_array_equal(got[1], np.stack(want_l))
+        np.testing.assert_allclose(got[2], ret, rtol=1e-9, atol=1e-9)
+        np.testing.assert_array_equal(got[3], length)
+        assert got[0].dtype == np.float32 and got[1].dtype == np.int32

@@ -21,6 +21,9 @@ from jaxrl_dist.launch.plan import (WorkerSpec, banner, check_port_free, describ
 from jaxrl_dist.launch.worker import Worker, describe_exit, log_tail
 from jaxrl_dist.protocol import EXIT_BAD_INPUT, EXIT_NEEDS_A_PERSON, EXIT_PREEMPTED
 
+# Seconds the other ranks get to exit after a first failure before the root cause is named.
+FAILURE_SETTLE_S = 3.0
+
 
 @dataclass
 class Outcome:
@@ -66,6 +69,7 @@ class Supervisor:
     def _supervise(self, workers: list[Worker]) -> Outcome:
         forwarded_at = None
         first_clean_exit = None
+        first_failure = None
         # A worker finishing while its siblings still run is normal for a moment (they leave
         # JAX's shutdown barrier together); past this it means the job lost a member.
         clean_exit_grace = max(30.0, 3.0 * self.cfg.heartbeat_timeout)
@@ -91,12 +95,17 @@ class Supervisor:
                         return Outcome(EXIT_PREEMPTED if EXIT_PREEMPTED in codes else 0)
                     return Outcome(128 + self.signals[0], reason="stopped by signal")
                 continue
-            # 2. Failures: the earliest abnormal exit is the root cause.
-            failures = sorted((w for w in finished if w.exit_code != 0),
-                              key=lambda w: w.exit_time)
+            # 2. Failures: the earliest recorded error is the root cause. The rank that raised
+            # may exit AFTER a sibling whose collective it broke (closing its environments
+            # takes time), so the others get FAILURE_SETTLE_S to exit before one is named.
+            failures = [w for w in finished if w.exit_code != 0]
             if failures:
-                return Outcome(self._exit_code(failures[0].exit_code), failures[0],
-                               describe_exit(failures[0].exit_code))
+                first_failure = first_failure or now
+                if len(finished) < len(workers) and now - first_failure < FAILURE_SETTLE_S:
+                    continue
+                root = min(failures, key=lambda w: w.failed_at())
+                return Outcome(self._exit_code(root.exit_code), root,
+                               describe_exit(root.exit_code))
             if len(finished) == len(workers):
                 return Outcome(0)
             if finished:

@@ -63,7 +63,8 @@ class Worker:
                                      start_new_session=True,
                                      preexec_fn=_child_setup(spec.cpus))
         self.exit_code: int | None = None
-        self.exit_time: float | None = None
+        self.exit_time: float | None = None     # monotonic
+        self.exit_wall: float | None = None     # wall clock, to compare with error files
         self.hung = False
         self._pump = threading.Thread(target=self._copy, args=(console, prefix), daemon=True)
         self._pump.start()
@@ -93,8 +94,20 @@ class Worker:
 
     def _wait(self) -> None:
         code = self.proc.wait()
+        self.exit_wall = time.time()
         self.exit_time = time.monotonic()
         self.exit_code = code
+
+    def failed_at(self) -> float:
+        """Wall-clock time this worker recorded its error (its error file). A death without
+        one (a signal, ``os._exit``) is known only when the process is reaped, which can lag
+        the death by its teardown, after a sibling already recorded the collective error the
+        death caused: such a time counts from a second earlier."""
+        exited = self.exit_wall or time.time()
+        try:
+            return min(self.spec.error_path.stat().st_mtime, exited)
+        except OSError:
+            return exited - 1.0
 
     @property
     def running(self) -> bool:
