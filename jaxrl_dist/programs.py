@@ -10,6 +10,7 @@ algorithm (from the registry, :mod:`jaxrl_dist.agents`) into them.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -21,7 +22,8 @@ from jaxrl_dist.agents.base import EPISODE_METRICS, Agent, check_aggregations, c
 from jaxrl_dist.config import Config
 from jaxrl_dist.envs import CompileOptions, EnvSpec
 from jaxrl_dist.evaluate import make_eval_program
-from jaxrl_dist.sharding import Layout
+from jaxrl_dist.errors import ConfigError
+from jaxrl_dist.sharding import Layout, replicated_layout
 from jaxrl_dist.sizes import Sizes
 from jaxrl_dist.types import RunState, Trajectory
 
@@ -121,14 +123,35 @@ def make_learner(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | M
     ``layout``. The algorithm's own code receives its section and the derived sizes, never the
     whole run config."""
     layout = as_layout(layout)
-    agent = agents.get(config.algo).agent_factory()(config.agent, sizes, spec, layout)
-    return build(agent, sizes, spec, layout, RunSettings.of(config))
+    factory = agents.get(config.algo).agent_factory()
+    learner = build(factory(config.agent, sizes, spec, layout), sizes, spec, layout,
+                    RunSettings.of(config))
+    if not config.replicate_learn:
+        return learner
+    from jaxrl_dist.envs import EnvError
+    if spec.autoreset != "host" or layout.members:
+        raise EnvError(f"{spec.name}: replicate_learn applies to a single run on host "
+                       f"environments (gymnasium:), not to environments stepped inside the "
+                       f"program or populations")
+    if jax.tree.leaves(learner.abstract_state().data):
+        raise ConfigError(f"replicate_learn: {config.algo} keeps data sharded over the devices "
+                          f"(a replay buffer); use it with ppo or pqn")
+    if layout.data_size == 1:   # one device already learns from the whole batch
+        return learner
+    # the same algorithm on the whole batch on every device, its outputs where the state lives
+    whole = replicated_layout(layout)
+    one = dataclasses.replace(sizes, num_devices=1,
+                              local_envs=sizes.local_envs * layout.data_size)
+    replicated = build(factory(config.agent, one, spec, whole), one, spec, whole,
+                       RunSettings.of(config), out_layout=layout)
+    return learner._replace(learn_next=replicated.learn_next)
 
 
 def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
-          settings: RunSettings) -> Learner:
+          settings: RunSettings, out_layout: Layout | None = None) -> Learner:
     """``agent``'s programs over ``layout``, stepping ``spec`` (what the agent was made with)
-    as :func:`compile_options` compiles it for ``layout``."""
+    as :func:`compile_options` compiles it for ``layout``; ``learn_next``'s results laid out on
+    ``out_layout`` if given (``replicate_learn``: the run's state lives on the run's mesh)."""
     check_aggregations(agent)
     options = compile_options(spec, layout)
     mesh, axis = layout.mesh, layout.data_axis
@@ -226,8 +249,11 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
                          (layout.train, layout.envs, layout.train)))
     collect = jax.jit(smap(collect_body, (layout.train, layout.envs, layout.train),
                            (layout.envs, trajectory_specs)))
+    out = None if out_layout is None else tuple(
+        out_layout.sharding(s) for s in (out_layout.train, out_layout.envs, out_layout.train))
     learn_next = jax.jit(smap(learn_next_local, (layout.train, layout.envs, trajectory_specs),
-                              (layout.train, layout.envs, layout.train)), donate_argnums=(0, 1))
+                              (layout.train, layout.envs, layout.train)), donate_argnums=(0, 1),
+                         out_shardings=out)
 
     def abstract_state() -> RunState:
         """What init() returns, as ShapeDtypeStructs with shardings: lets the update program

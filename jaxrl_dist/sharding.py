@@ -23,6 +23,8 @@ from jaxrl_dist.errors import ConfigError
 
 DATA_AXIS = "data"
 MEMBER_AXIS = "member"
+# ``replicate_learn``: every device holds the whole batch (a data axis of size 1 under it)
+REPLICA_AXIS = "replica"
 # The vmap axis over the members held by one device (inside the mesh's member shard).
 LOCAL_MEMBER_AXIS = "local_members"
 
@@ -121,6 +123,14 @@ def make_layout(devices: Sequence[jax.Device] | None = None, members: int | None
                           f"devices ({n}) and of members ({members}); e.g. "
                           f"{math.gcd(n, members)}")
     return Layout(Mesh(np.array(devices).reshape(m, n // m), (MEMBER_AXIS, DATA_AXIS)), members)
+
+
+def replicated_layout(layout: Layout) -> Layout:
+    """``layout``'s devices with the batch NOT split (``replicate_learn``): a data axis of size
+    1 under a replica axis that no collective names, so every device runs the one-device
+    program on the whole batch and the data axis's all-reduces are no-ops."""
+    devices = layout.mesh.devices.reshape(-1, 1)
+    return Layout(Mesh(devices, (REPLICA_AXIS, DATA_AXIS)))
 
 
 def to_host(tree: Any) -> Any:

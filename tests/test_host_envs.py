@@ -248,7 +248,8 @@ def test_overlap_actors_without_an_actor_device_or_host_env_is_one_line(env, dev
 def test_same_parameters_on_1_and_2_devices_and_2_processes(tmp_path):
     """A deterministic environment registered by a plugin: 2 processes through the launcher
     give 2 devices' parameters bit for bit, and 1 device's to float tolerance (the gradient's
-    sum order differs)."""
+    sum order differs); the same with ``replicate_learn`` (every device learns from the whole
+    batch, gathered once per update)."""
     cfg = "configs/gymnasium_cartpole.yaml"
     runs = {}
     for devices in (1, 2):
@@ -264,6 +265,35 @@ def test_same_parameters_on_1_and_2_devices_and_2_processes(tmp_path):
         runs[2]["param_fingerprint"]
     assert ranks[0]["eval_return"] == runs[2]["eval_return"]
     assert max_rel_diff(params_of(tmp_path / "d1")[0], params_of(tmp_path / "d2")[0]) <= 1e-4
+
+    whole = [*HOST_ARGS, "--set", "replicate_learn=true"]
+    proc, two = train_cli(tmp_path / "r2", devices=2, args=whole, config=cfg, **PLUGIN)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "1", cfg, *whole,
+                         "--run-dir", str(tmp_path / "rp2")], **PLUGIN)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = summaries(tmp_path / "rp2" / "logs")
+    assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"] == \
+        two["param_fingerprint"] != runs[2]["param_fingerprint"]
+    assert max_rel_diff(params_of(tmp_path / "d1")[0], params_of(tmp_path / "r2")[0]) <= 1e-4
+
+
+@pytest.mark.parametrize("algo,env,words", [
+    ("ppo", "CartPole-v1", ["replicate_learn applies to a single run on host environments"]),
+    ("dqn", CORRIDOR, ["replicate_learn: dqn keeps data sharded", "use it with ppo or pqn"]),
+])
+def test_replicate_learn_elsewhere_is_one_line(algo, env, words, plugin, tmp_path):
+    import jax
+
+    from jaxrl_dist.errors import UserError
+    from jaxrl_dist.trainer import train
+
+    with pytest.raises(UserError) as error:
+        train(_tiny(algo, env=env, replicate_learn=True), tmp_path / "run",
+              devices=jax.devices()[:2], progress=False)
+    message = str(error.value)
+    assert len(message.splitlines()) == 1 and all(w in message for w in words), message
+    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.slow
