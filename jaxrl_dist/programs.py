@@ -15,9 +15,10 @@ from typing import Any, Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
 
-from jaxrl_dist import agents, population, rollout
+from jaxrl_dist import agents, compile_cache, population, rollout
 from jaxrl_dist.agents.base import EPISODE_METRICS, Agent, check_aggregations, check_metrics
 from jaxrl_dist.config import Config
 from jaxrl_dist.envs import CompileOptions, EnvSpec
@@ -52,6 +53,23 @@ def keep_finite(before: Any, after: Any, metrics: dict[str, jax.Array]
     ok = jnp.all(jnp.stack(watched)) if watched else jnp.bool_(True)
     kept = jax.lax.cond(ok, lambda a, b: a, lambda a, b: b, after, before)
     return kept._replace(update=after.update), {**metrics, SKIPPED: (~ok).astype(jnp.float32)}
+
+
+class _Unrolled:
+    """A jitted program traced and lowered with :func:`compile_cache.unrolled_threefry` (its
+    random numbers without loops: fewer kernels to compile, the same bits), however it is
+    called: directly, or ``.lower`` for ahead-of-time compiles."""
+
+    def __init__(self, jitted: Any):
+        self._jitted = jitted
+
+    def __call__(self, *args: Any) -> Any:
+        with compile_cache.unrolled_threefry():
+            return self._jitted(*args)
+
+    def lower(self, *args: Any) -> Any:
+        with compile_cache.unrolled_threefry():
+            return self._jitted.lower(*args)
 
 
 def as_layout(layout: Layout | Mesh) -> Layout:
@@ -233,14 +251,25 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
                                 specs),
                            out_shardings=RunState(*map(layout.sharding, specs)))
 
+    once = compile_cache.run_once_options(mesh.devices.flat)
+    compiled_init: dict[Any, Any] = {}
+
     def init(seed_key: jax.Array, swept: dict[str, jax.Array] | None = None) -> RunState:
-        return init_program(seed_key, swept or {}, env_inputs.train)
+        """``init_program`` compiled as the trainer compiles it (it runs once: the cheaper
+        options of :func:`compile_cache.run_once_options`), once per kind of input."""
+        args = (seed_key, swept or {}, env_inputs.train)
+        kind = (jax.tree.structure(args), tuple(
+            (np.shape(x), np.result_type(x), getattr(x, "sharding", None))
+            for x in jax.tree.leaves(args)))
+        if kind not in compiled_init:
+            compiled_init[kind] = init_program.lower(*args).compile(once)
+        return compiled_init[kind](*args)
 
     def update(state: RunState, num_updates: int):
         body = smap(lambda s: update_body(s, num_updates), (specs,), (specs, layout.train))
         return body(state)
 
-    update = jax.jit(update, static_argnums=1, donate_argnums=0)
+    update = _Unrolled(jax.jit(update, static_argnums=1, donate_argnums=0))
 
     # A trajectory is [T, E, ...]: time unsharded, environments on the data axis.
     over_time = P(*layout.envs[:-1], None, layout.envs[-1])
@@ -261,7 +290,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         lead = (layout.members,) if layout.members else ()
         key = jax.ShapeDtypeStruct((*lead, 2), jnp.uint32)
         swept = {name: jax.ShapeDtypeStruct(lead, jnp.float32) for name in settings.swept}
-        shapes = jax.eval_shape(init, key, swept)
+        shapes = jax.eval_shape(lambda k, s: init_program(k, s, env_inputs.train), key, swept)
         def like(slot, spec):
             return jax.tree.map(lambda x: jax.ShapeDtypeStruct(
                 x.shape, x.dtype, sharding=layout.sharding(spec)), slot)

@@ -220,10 +220,9 @@ class _Ready(NamedTuple):
 
 
 def _lower_update(learner: programs.Learner, abstract: Any, n: int) -> Any:
-    """The update program of ``n`` updates per call, its random numbers lowered without loops
-    (fewer kernels, the same bits)."""
-    with compile_cache.unrolled_threefry():
-        return learner.update.lower(abstract, n)
+    """The update program of ``n`` updates per call (its random numbers lowered without loops:
+    programs.build's choice, fewer kernels, the same bits)."""
+    return learner.update.lower(abstract, n)
 
 
 def _compile_and_init(*, config: Config, learner: programs.Learner, layout: sharding.Layout,
