@@ -6,7 +6,10 @@ from pathlib import Path
 
 from jaxrl_dist.protocol import CPU_SCHEDULER_FLAG  # jax-free
 
-os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count=4 {CPU_SCHEDULER_FLAG}"
+from helpers import TEST_XLA_FLAGS  # noqa: E402 (jax-free)
+
+os.environ["XLA_FLAGS"] = (f"--xla_force_host_platform_device_count=4 {CPU_SCHEDULER_FLAG} "
+                           f"{TEST_XLA_FLAGS}").strip()
 os.environ["JAX_PLATFORMS"] = "cpu"
 # Tests name shipped files by repo-relative paths (configs/...): run from the repo root whatever
 # directory pytest was started in.
