@@ -259,7 +259,8 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         options of :func:`compile_cache.run_once_options`), once per kind of input."""
         args = (seed_key, swept or {}, env_inputs.train)
         kind = (jax.tree.structure(args), tuple(
-            (np.shape(x), np.result_type(x), getattr(x, "sharding", None))
+            (np.shape(x), x.dtype if hasattr(x, "dtype") else np.result_type(x),
+             getattr(x, "sharding", None))
             for x in jax.tree.leaves(args)))
         if kind not in compiled_init:
             compiled_init[kind] = init_program.lower(*args).compile(once)
