@@ -219,12 +219,6 @@ class _Ready(NamedTuple):
     host_actors: Any = None         # actors.HostActors for host environments
 
 
-def _lower_update(learner: programs.Learner, abstract: Any, n: int) -> Any:
-    """The update program of ``n`` updates per call (its random numbers lowered without loops:
-    programs.build's choice, fewer kernels, the same bits)."""
-    return learner.update.lower(abstract, n)
-
-
 def _compile_and_init(*, config: Config, learner: programs.Learner, layout: sharding.Layout,
                       sizes: sizes_lib.Sizes, seed_keys: Any, swept: Any,
                       checkpointer: Checkpointer, restore: bool) -> _Ready:
@@ -242,7 +236,7 @@ def _compile_and_init(*, config: Config, learner: programs.Learner, layout: shar
         seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - begin
         return out
 
-    lowered = {n: timed("update", _lower_update, learner, abstract, n)
+    lowered = {n: timed("update", learner.update.lower, abstract, n)
                for n in sorted(call_sizes)}
     env_inputs = learner.env_inputs
     lowered_eval = timed("evaluate", learner.evaluate.lower, abstract.train, seed_keys,
@@ -251,8 +245,7 @@ def _compile_and_init(*, config: Config, learner: programs.Learner, layout: shar
     try:
         pending = {n: pool.submit(timed, "update", low.compile) for n, low in lowered.items()}
         pending_eval = pool.submit(timed, "evaluate", lowered_eval.compile, once)
-        state = learner.init_program.lower(seed_keys, swept, env_inputs.train).compile(once)(
-            seed_keys, swept, env_inputs.train)
+        state = learner.init(seed_keys, swept)   # compiled with the run-once options
         updates_done = 0
         if restore:
             state, updates_done = _restore(config=config, learner=learner,
@@ -262,7 +255,7 @@ def _compile_and_init(*, config: Config, learner: programs.Learner, layout: shar
     finally:  # on an error, do not wait for the compile: fail at once
         pool.shutdown(wait=False, cancel_futures=True)
     for n in set(sizes_lib.calls(sizes, updates_done)) - set(compiled):  # resumed off this grid
-        compiled[n] = _lower_update(learner, abstract, n).compile()
+        compiled[n] = learner.update.lower(abstract, n).compile()
     jax.block_until_ready(state)
     return _Ready(state, updates_done, compiled, evaluate, seconds)
 
@@ -274,9 +267,8 @@ def _compile_and_init_host(*, config: Config, learner: programs.Learner,
     """For host environments: init (or restore) the state, open this process's environments
     (seeded from the update it starts at) and compile ``learn_next``, which every call of
     the host actors runs once per update."""
-    once = compile_cache.run_once_options(layout.mesh.devices.flat)
     seconds: dict[str, float] = {}
-    state = learner.init_program.lower(seed_keys, swept, ()).compile(once)(seed_keys, swept, ())
+    state = learner.init(seed_keys, swept)   # compiled with the run-once options
     updates_done = 0
     if restore:
         state, updates_done = _restore(config=config, learner=learner,
