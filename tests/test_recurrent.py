@@ -135,9 +135,8 @@ def test_a_shared_cell_replays_the_rollout_on_1_and_2_devices():
     """``network.shared``: the critic is an output layer on the actor's cell, read from the
     rollout's carries (no critic carry kept between updates), in chunks too; the replay is
     exact and the result topology-invariant, and the value loss trains the shared cell."""
-    config = _config(**{"ppo.network.shared": True, "ppo.sequence_length": 8,
-                        "ppo.num_minibatches": 4})
-    (m1, s1), (m2, s2) = (_updates(config, n) for n in (1, 2))
+    shared = {"ppo.network.shared": True, "ppo.sequence_length": 8, "ppo.num_minibatches": 4}
+    (m1, s1), (m2, s2) = (_updates(_config(**shared), n) for n in (1, 2))
     for metrics in (m1, m2):
         assert np.all(metrics["episodes"] > 0)
         assert np.max(metrics["first_ratio_deviation"]) <= TOLERANCE
@@ -145,8 +144,7 @@ def test_a_shared_cell_replays_the_rollout_on_1_and_2_devices():
     assert max_rel_diff(p2, p1) <= 1e-4
     assert s1.data == () and set(p1["critic"]) == {"out"} and "rnn" in p1["actor"]
     # without the critic's loss the shared cell ends elsewhere: the value loss reaches it
-    m0, s0 = _updates(_config(**{"ppo.network.shared": True, "ppo.sequence_length": 8,
-                                 "ppo.num_minibatches": 4, "ppo.vf_coef": 0.0}), 1)
+    m0, s0 = _updates(_config(**shared, **{"ppo.vf_coef": 0.0}), 1)
     rnn = lambda s: sharding.to_host(s.train.params)["actor"]["rnn"]  # noqa: E731
     assert max_rel_diff(rnn(s0), rnn(s1)) > 1e-3
 
