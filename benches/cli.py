@@ -107,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "0.0.9 (default: .bench/rejax's, which rejax and kernels create)")
     parser.add_argument("--tasks-host", nargs="+", default=["cartpole", "halfcheetah"],
                         choices=["cartpole", "halfcheetah"], help="host-throughput: tasks")
+    parser.add_argument("--host-topologies", nargs="+",
+                        default=["pinned", "cores", "overlap", "procs-pinned", "procs"],
+                        choices=["pinned", "cores", "overlap", "procs-pinned", "procs"],
+                        help="host-throughput: which topologies (default: all five)")
     parser.add_argument("--devices", type=int, default=1,
                         help="host: simulated CPU devices per run")
     parser.add_argument("--no-sequential", action="store_true",

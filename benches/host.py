@@ -115,24 +115,42 @@ def _random_sps(env_id: str, envs: int, procs: int, steps: int, pinned: bool) ->
     return sum(o["sps"] for o in outs)
 
 
-# (label, processes, CPU devices per process, pinned to one core each, overlap_actors)
-TOPOLOGIES = [("1 process, pinned to 1 core", 1, 1, True, False),
-              ("1 process, 2 cores", 1, 1, False, False),
-              ("1 process, 2 cores, overlap_actors (1 device learns, 1 acts)", 1, 2, False, True),
-              ("2 processes, each pinned to its own core", 2, 1, True, False),
-              ("2 processes, unpinned", 2, 1, False, False)]
+# name -> (label, processes, CPU devices per process, pinned to one core each, overlap_actors)
+TOPOLOGIES = {
+    "pinned": ("1 process, pinned to 1 core", 1, 1, True, False),
+    "cores": ("1 process, 2 cores", 1, 1, False, False),
+    "overlap": ("1 process, 2 cores, overlap_actors (1 device learns, 1 acts)", 1, 2, False,
+                True),
+    "procs-pinned": ("2 processes, each pinned to its own core", 2, 1, True, False),
+    "procs": ("2 processes, unpinned", 2, 1, False, False)}
+
+
+def steady_sps(metrics: Path) -> float:
+    """Training env steps/s between a run's first and second-to-last metrics rows.
+
+    A row is written when the NEXT call has been dispatched, which for host actors means
+    collected: the first row's time holds the start (and, overlapped, the first batch's extra
+    collect) and the last row's the final evaluation (8 x 1,000 HalfCheetah steps: ~7 % of
+    these short runs), neither of them training. The summary's ``sps`` (every step over the
+    whole loop) counts both, the random-action baseline neither."""
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    if len(rows) < 3:
+        raise RuntimeError(f"{metrics}: {len(rows)} metrics rows; steady_sps needs 3 or more")
+    first, last = rows[0], rows[-2]
+    return (last["env_steps"] - first["env_steps"]) / (last["time_s"] - first["time_s"])
 
 
 def bench_host_throughput(args) -> tuple[list[dict], str]:
-    """Training env steps/s (the summary's steady sps: the last 10 rows, hooks excluded) over
-    the random-action env steps/s of the same vector env with the same environments on the
-    same cores (the baseline runs as many processes, pinned the same way, each stepping its
-    share), alternated ``--repeats`` times per topology."""
+    """Training env steps/s (:func:`steady_sps`) over the random-action env steps/s of the
+    same vector env with the same environments on the same cores (the baseline runs as many
+    processes, pinned the same way, each stepping its share), alternated ``--repeats`` times
+    per topology."""
     from benches.common import launch_cmd, stats
     rows = []
     for name in args.tasks_host:
         config, env_id, envs, sets = THROUGHPUT[name]
-        for label, procs, devices, pinned, overlap in TOPOLOGIES:
+        for label, procs, devices, pinned, overlap in (TOPOLOGIES[t]
+                                                       for t in args.host_topologies):
             ratios, trains, randoms = [], [], []
             extra = [*sets, *args.set] + (["overlap_actors=true"] if overlap else [])
             for _ in range(args.repeats):
@@ -147,7 +165,7 @@ def bench_host_throughput(args) -> tuple[list[dict], str]:
                         cmd = launch_cmd(run, procs, devices, config, extra,
                                          pin=1 if pinned else None)
                     result = run_command(cmd, timeout=args.timeout)
-                train_sps = result["summary"]["sps"]
+                    train_sps = steady_sps(run / "metrics.jsonl")
                 trains.append(train_sps)
                 randoms.append(random_sps)
                 ratios.append(train_sps / random_sps)

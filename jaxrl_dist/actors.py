@@ -20,6 +20,7 @@ episodes (the start line says "actors" were started afresh).
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import jax
@@ -95,6 +96,27 @@ def episode_sums(reward: np.ndarray, done: np.ndarray, running_return: np.ndarra
             np.where(done, length, 0).astype(np.int32), after_return, after_length)
 
 
+def ravel_by_dtype(tree: Any) -> tuple[dict[str, jax.Array], Callable[[dict], Any]]:
+    """A pytree -> one flat array per dtype (every value exact), and the inverse."""
+    leaves, treedef = jax.tree.flatten(tree)
+    groups: dict[str, list[jax.Array]] = {}
+    for x in leaves:
+        groups.setdefault(jnp.dtype(x.dtype).name, []).append(jnp.ravel(x))
+    flat = {k: jnp.concatenate(v) for k, v in groups.items()}
+    layout = [(jnp.dtype(x.dtype).name, x.shape) for x in leaves]
+
+    def unravel(arrays: dict[str, jax.Array]) -> Any:
+        offset = dict.fromkeys(arrays, 0)
+        out = []
+        for dtype, shape in layout:
+            size = math.prod(shape)
+            out.append(arrays[dtype][offset[dtype]:offset[dtype] + size].reshape(shape))
+            offset[dtype] += size
+        return jax.tree.unflatten(treedef, out)
+
+    return flat, unravel
+
+
 class HostActors:
     """This process's environments, acting and evaluation for a learner on host environments.
 
@@ -163,10 +185,16 @@ class HostActors:
             action, carry, extras = agent.act(acting, carry, obs, None, noise_t)
             return action, carry, extras, to_env_action(spec, agent.env_action(action))
 
+        def prepare(local, env_ids):   # once per update: what every step's act reads
+            acting, self._unravel_acting = ravel_by_dtype(agent.acting(local))
+            return acting, noise(local.key, env_ids)
+
         def act_packed(acting, carry, obs, noise_all, t):
-            # what the host reads back each step, one array per dtype: each output is its own
-            # device-to-host copy, and a step's cost is mostly such fixed overheads
-            action, carry, extras, env_action = act(acting, carry, obs, noise_all, t)
+            # a step's inputs and outputs go one array per dtype: the fixed costs of a call
+            # grow with its buffers (16 parameter arrays in and 3 out: ~45 us a step; packed:
+            # ~20 us), and a step's cost is mostly such fixed overheads
+            action, carry, extras, env_action = act(self._unravel_acting(acting), carry, obs,
+                                                    noise_all, t)
             packed, self._unpack = rollout.pack_by_dtype((action, extras, env_action))
             return packed, carry
 
@@ -181,6 +209,8 @@ class HostActors:
 
         self._noise = jax.jit(noise)
         self._act_shapes = act
+        self._prepare = jax.jit(prepare)
+        self._unravel_acting: Callable | None = None   # set when prepare is traced
         self._act = jax.jit(act_packed)
         self._unpack: Callable | None = None   # set when act_packed is traced
         self._reset_carry = jax.jit(reset_carry)
@@ -189,6 +219,8 @@ class HostActors:
         self._initial_carry = jax.jit(lambda ids: rollout.initial_carries(agent, ids))
         self._seed_fn = jax.jit(lambda key, ids: seeds_of(rollout.env_keys(key, ids)))
         self._stack = jax.jit(lambda ms: jax.tree.map(lambda *x: jnp.stack(x), *ms))
+        # each step's index, on the acting device once (not a host-to-device copy per step)
+        self._steps = [self._put(np.int32(t)) for t in range(T)]
 
     def _local(self, train: Any) -> Any:
         """This process's copy of the replicated train state, on its acting device."""
@@ -203,8 +235,7 @@ class HostActors:
 
     def _collect(self, local: Any) -> Trajectory:
         """:meth:`collect` from this process's copy of the train state (on the acting device)."""
-        acting, _ = self._acting(local)
-        noise = self._noise(local.key, self.env_ids)
+        acting, noise = self._prepare(local, self.env_ids)
         has_carry = bool(jax.tree.leaves(self.carry))
         initial = self._initial_carry(self.env_ids) if has_carry else None
         keep_final = self.agent.keep_final_obs
@@ -213,17 +244,19 @@ class HostActors:
         reward, terminated, truncated = (np.empty((T, n), np.float32), np.empty((T, n), bool),
                                          np.empty((T, n), bool))
         final_obs = np.empty_like(obs) if keep_final else None
-        actions, extras = [], []
+        outputs: dict[str, np.ndarray] = {}   # act's packed outputs [T, n, K] per dtype
         for t in range(T):   # only what must happen per step: act, step, store
-            packed, self.carry = self._act(acting, self.carry, self.obs, noise, np.int32(t))
-            action, extra, env_action = self._unpack(jax.device_get(packed))
+            packed, self.carry = self._act(acting, self.carry, self.obs, noise, self._steps[t])
+            for dtype, x in jax.device_get(packed).items():
+                if dtype not in outputs:
+                    outputs[dtype] = np.empty((T, *x.shape), x.dtype)
+                outputs[dtype][t] = x
+            env_action = self._unpack.leaf(outputs, -1)[t]   # a view, the last leaf
             out = self.envs.step(env_action)
             obs[t], reward[t], terminated[t], truncated[t] = (self.obs, out.reward,
                                                               out.terminated, out.truncated)
             if keep_final:
                 final_obs[t] = out.final_obs
-            actions.append(action)
-            extras.append(extra)
             if has_carry:   # a new episode starts from a fresh carry
                 done = out.terminated | out.truncated
                 if done.any():
@@ -232,11 +265,11 @@ class HostActors:
         finished_return, finished_length, self.episode_return, self.episode_length = \
             episode_sums(reward, terminated | truncated, self.episode_return,
                          self.episode_length)
+        action, extras, _ = self._unpack(outputs)
         steps = Transition(
-            obs=obs, action=np.stack(actions), reward=reward, terminated=terminated,
-            truncated=truncated, finished_return=finished_return,
-            finished_length=finished_length,
-            extras=jax.tree.map(lambda *x: np.stack(x), *extras), final_obs=final_obs)
+            obs=obs, action=action, reward=reward, terminated=terminated, truncated=truncated,
+            finished_return=finished_return, finished_length=finished_length, extras=extras,
+            final_obs=final_obs)
         return Trajectory(self._global(steps, self.steps_sharding, axis=1),
                           self._global(self.obs, self.obs_sharding, axis=0))
 

@@ -38,18 +38,23 @@ def pack_by_dtype(tree: Any) -> tuple[dict[str, jax.Array], Callable[[dict], Any
     for x in leaves:
         groups.setdefault(x.dtype.name, []).append(x.reshape(x.shape[0], -1))
     packed = {k: v[0] if len(v) == 1 else jnp.concatenate(v, axis=1) for k, v in groups.items()}
-    layout = [(x.dtype.name, x.shape[1:]) for x in leaves]
+    offset = dict.fromkeys(groups, 0)
+    slices = []   # per leaf: (dtype, start, stop, shape) in its dtype's array
+    for x in leaves:
+        size = math.prod(x.shape[1:])
+        slices.append((x.dtype.name, offset[x.dtype.name], offset[x.dtype.name] + size,
+                       x.shape[1:]))
+        offset[x.dtype.name] += size
+
+    def leaf(arrays: dict[str, Any], i: int) -> Any:
+        dtype, start, stop, shape = slices[i]
+        x = arrays[dtype][..., start:stop]
+        return x.reshape(*x.shape[:-1], *shape)
 
     def unpack(arrays: dict[str, jax.Array]) -> Any:
-        offset = dict.fromkeys(arrays, 0)
-        out = []
-        for dtype, shape in layout:
-            size = math.prod(shape)
-            x = arrays[dtype][..., offset[dtype]:offset[dtype] + size]
-            offset[dtype] += size
-            out.append(x.reshape(*x.shape[:-1], *shape))
-        return jax.tree.unflatten(treedef, out)
+        return jax.tree.unflatten(treedef, [leaf(arrays, i) for i in range(len(slices))])
 
+    unpack.leaf = leaf   # one leaf alone (by its index in the flattened tree)
     return packed, unpack
 
 

@@ -251,3 +251,27 @@ def test_rollout_outputs_pack_by_dtype_and_unpack_exactly():
     for name in ("obs", "action", "done", "reward"):
         assert out[name].dtype == tree[name].dtype
         np.testing.assert_array_equal(out[name][0], tree[name])
+    # one leaf alone, as the host actors read each step's environment action (a numpy view)
+    names = sorted(k for k in tree if tree[k] is not None)   # the flattened tree's order
+    host = jax.device_get(stacked)
+    for i, name in enumerate(names):
+        np.testing.assert_array_equal(unpack.leaf(host, i)[1], tree[name])
+    np.testing.assert_array_equal(unpack.leaf(host, -1)[0], tree[names[-1]])
+
+
+def test_acting_parameters_ravel_by_dtype_and_back_exactly():
+    """The host actors hand ``act`` its parameters as one flat array per dtype; unravelling
+    inside the program gives back every leaf exactly (an int32 count is not cast to float)."""
+    from jaxrl_dist.actors import ravel_by_dtype
+
+    rng = np.random.default_rng(1)
+    tree = {"params": {"w": jnp.asarray(rng.normal(size=(3, 4)), jnp.float32),
+                       "b": jnp.asarray(rng.normal(size=4), jnp.float32)},
+            "count": jnp.asarray(2**30 + 1, jnp.int32), "empty": ()}
+    flat, unravel = ravel_by_dtype(tree)
+    assert {k: v.shape for k, v in flat.items()} == {"float32": (16,), "int32": (1,)}
+    out = jax.jit(unravel)(flat)
+    assert jax.tree.structure(out) == jax.tree.structure(tree)
+    for got, want in zip(jax.tree.leaves(out), jax.tree.leaves(tree)):
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)
