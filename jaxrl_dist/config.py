@@ -100,12 +100,14 @@ class Config:
         "Cleanba); needs an actor device apart from the learner's: the host CPU beside "
         "accelerators, or a CPU process's last device (--cpu-devices N: N-1 learn, 1 acts). "
         "Reproducible run to run, but not equal to the synchronous default", default=False)
-    replicate_learn: bool = _doc(
+    replicate_learn: bool | None = _doc(
         "host environments (gymnasium:), ppo and pqn: the batch is gathered to every device "
         "once per update and each learns from all of it, the gradient computed whole rather "
         "than all-reduced at every SGD step: faster where collectives are slow and networks "
         "small (CPU processes over gloo); the same parameters on any topology, not bitwise "
-        "those of the default's split batch", default=False)
+        "those of the split batch. null = auto: on where it applies and the learner's CPU "
+        "devices span several processes (2 processes on 2 cores: 0.03-0.15 of the "
+        "environments' speed split, 0.39 replicated), else off", default=None)
     matmul_precision: str = _doc(
         "float32 matmuls and convolutions: 'default' = the backend's (TF32 on Ampere/Hopper "
         "GPUs, full float32 on CPUs), 'float32' (full, to compare a GPU with a CPU), "

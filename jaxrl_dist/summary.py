@@ -55,6 +55,7 @@ def build(run: Run, stats: list[tuple[float, str]]) -> dict[str, Any]:
         "diverged": ({str(m): why for m, why in run.watch.diverged.items()}
                      if run.watch is not None and run.watch.diverged else None),
         "num_devices": layout.mesh.size, "num_processes": distributed.process_count(),
+        "replicate_learn": run.learner.replicated,
         "device_kind": run.device_kind, "matmul_precision": c.matmul_precision,
         "jax_version": jax.__version__, "jaxrl_dist_version": jaxrl_dist.__version__,
         "run_dir": str(run.run_dir),

@@ -331,6 +331,8 @@ def _start(run: Run, *, restored: bool, note: str | None, compile_start: float) 
     host = run.host_actors
     overlap = (f", acting on {host.device} during updates (overlap_actors)"
                if host is not None and host.overlap else "")
+    if run.learner.replicated:
+        overlap += ", every device learning from the whole batch (replicate_learn)"
     run.reporter.message(
         f"jaxrl_dist: {run.env_name} | {layout.describe()} x {sizes.local_envs} envs{overlap}, "
         f"{distributed.process_count()} process(es) | {sizes.num_updates} updates of "

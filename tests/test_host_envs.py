@@ -247,34 +247,31 @@ def test_overlap_actors_without_an_actor_device_or_host_env_is_one_line(env, dev
 @pytest.mark.timeout(400)
 def test_same_parameters_on_1_and_2_devices_and_2_processes(tmp_path):
     """A deterministic environment registered by a plugin: 2 processes through the launcher
-    give 2 devices' parameters bit for bit, and 1 device's to float tolerance (the gradient's
-    sum order differs); the same with ``replicate_learn`` (every device learns from the whole
-    batch, gathered once per update)."""
+    learn every update from the whole batch on each device (``replicate_learn`` is on by
+    default across CPU processes) and give those parameters bit for bit, 1 device's to float
+    tolerance; with ``replicate_learn=false`` (the batch split, the gradient all-reduced at
+    every SGD step) 2 processes give 2 devices' parameters bit for bit, and 1 device's to
+    float tolerance (the gradient's sum order differs)."""
     cfg = "configs/gymnasium_cartpole.yaml"
-    runs = {}
-    for devices in (1, 2):
-        proc, summary = train_cli(tmp_path / f"d{devices}", devices=devices, args=HOST_ARGS,
-                                  config=cfg, **PLUGIN)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        runs[devices] = summary
-    proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "1", cfg,
-                         *HOST_ARGS, "--run-dir", str(tmp_path / "p2")], **PLUGIN)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    ranks = summaries(tmp_path / "p2" / "logs")
-    assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"] == \
-        runs[2]["param_fingerprint"]
-    assert ranks[0]["eval_return"] == runs[2]["eval_return"]
-    assert max_rel_diff(params_of(tmp_path / "d1")[0], params_of(tmp_path / "d2")[0]) <= 1e-4
-
+    split = [*HOST_ARGS, "--set", "replicate_learn=false"]
     whole = [*HOST_ARGS, "--set", "replicate_learn=true"]
-    proc, two = train_cli(tmp_path / "r2", devices=2, args=whole, config=cfg, **PLUGIN)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "1", cfg, *whole,
-                         "--run-dir", str(tmp_path / "rp2")], **PLUGIN)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    ranks = summaries(tmp_path / "rp2" / "logs")
-    assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"] == \
-        two["param_fingerprint"] != runs[2]["param_fingerprint"]
+    runs = {}
+    for name, devices, args in (("d1", 1, HOST_ARGS), ("d2", 2, HOST_ARGS), ("r2", 2, whole)):
+        proc, runs[name] = train_cli(tmp_path / name, devices=devices, args=args, config=cfg,
+                                     **PLUGIN)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert runs["d2"]["replicate_learn"] is False and runs["r2"]["replicate_learn"] is True
+    for name, args, same in (("p2", HOST_ARGS, "r2"), ("s2", split, "d2")):
+        proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "1", cfg,
+                             *args, "--run-dir", str(tmp_path / name)], **PLUGIN)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        ranks = summaries(tmp_path / name / "logs")
+        assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"] == \
+            runs[same]["param_fingerprint"], name
+        assert ranks[0]["eval_return"] == runs[same]["eval_return"]
+        assert ranks[0]["replicate_learn"] is (name == "p2")
+    assert runs["r2"]["param_fingerprint"] != runs["d2"]["param_fingerprint"]
+    assert max_rel_diff(params_of(tmp_path / "d1")[0], params_of(tmp_path / "d2")[0]) <= 1e-4
     assert max_rel_diff(params_of(tmp_path / "d1")[0], params_of(tmp_path / "r2")[0]) <= 1e-4
 
 
