@@ -362,14 +362,14 @@ def loop(run: Run) -> None:
 
     def flush() -> None:
         while pending:
-            metrics, updates, n = pending.pop(0)
+            metrics, updates, n, done_at = pending.pop(0)
             _log(run, writer, speed, metrics, updates, n * sizes.batch_size,
-                 eval_row.pop(updates, None))
+                 eval_row.pop(updates, None), done_at)
         distributed.heartbeat()
 
     loop_start = time.perf_counter()
     try:
-        _calls(run, hooks, pending, flush, speed.paused(evaluate), loop_start)
+        _calls(run, hooks, pending, flush, speed.paused(evaluate), loop_start, speed.stamp)
         flush()
         writer.close()
     except BaseException:
@@ -390,8 +390,12 @@ def loop(run: Run) -> None:
     run.timed("final_save", begin)
 
 
-def _calls(run: Run, hooks: HookTable, pending: list, flush, evaluate, loop_start: float) -> None:
-    """The calls of the loop, with the hooks due after each."""
+def _calls(run: Run, hooks: HookTable, pending: list, flush, evaluate, loop_start: float,
+           stamp) -> None:
+    """The calls of the loop, with the hooks due after each. A host actors' call is
+    synchronous (it returns once its environments have stepped), so its row's speed is taken
+    when it returns (``stamp``), not when the row is logged after the NEXT call: the last row
+    would otherwise count its 10 calls' steps over 9 calls' time."""
     sizes = run.sizes
     checked = loop_start   # when a failed background save was last polled for
     distributed.heartbeat()
@@ -402,7 +406,8 @@ def _calls(run: Run, hooks: HookTable, pending: list, flush, evaluate, loop_star
         run.timed("loop_dispatch", begin)   # asynchronous: near 0 unless the queue is full
         run.updates_done += n
         flush()
-        pending.append((metrics, run.updates_done, n))
+        pending.append((metrics, run.updates_done, n,
+                        stamp() if run.host_actors is not None else None))
         if call_index == 1 and not hooks.calibrated:   # seconds -> updates, agreed once
             jax.block_until_ready(run.state)
             per_update = ((time.perf_counter() - loop_start)
@@ -452,9 +457,14 @@ class _Speed:
                 self.hooks_s += time.perf_counter() - begin
         return run_hook
 
-    def rate(self, steps: int) -> float:
-        """Called when a row's metrics are ready, with the row's env steps."""
-        self.marks.append((time.perf_counter(), self.hooks_s, steps))
+    def stamp(self) -> tuple[float, float]:
+        """(now, seconds in hooks so far): where a row's interval ends."""
+        return time.perf_counter(), self.hooks_s
+
+    def rate(self, steps: int, at: tuple[float, float] | None = None) -> float:
+        """Called when a row's metrics are ready, with the row's env steps (and, for a call
+        that was synchronous, its :meth:`stamp` from when it returned)."""
+        self.marks.append((*(at or self.stamp()), steps))
         (t0, h0, _), (t1, h1, _) = self.marks[0], self.marks[-1]
         done = sum(n for _, _, n in list(self.marks)[1:])
         return done / max((t1 - t0) - (h1 - h0), 1e-9)
@@ -511,7 +521,7 @@ def _should_stop(run: Run, call_index: int, saved: bool) -> bool:
 
 
 def _log(run: Run, writer: reporting.Background, speed: _Speed, metrics: Any, updates: int,
-         steps: int, result: dict | None) -> None:
+         steps: int, result: dict | None, done_at: tuple[float, float] | None = None) -> None:
     """One row per member: metrics of one call (and an evaluation made right after it). The
     divergence watch reads them here (the loop's stop decision); the rows are built and
     written on ``writer``'s thread."""
@@ -519,7 +529,7 @@ def _log(run: Run, writer: reporting.Background, speed: _Speed, metrics: Any, up
     host = run.layout.to_host(metrics)
     begin = run.timed("loop_wait_metrics", begin)   # the device's call still running
     head = {"env_steps": updates * run.sizes.batch_size, "updates": updates,
-            "sps": speed.rate(steps) * (run.layout.members or 1),
+            "sps": speed.rate(steps, done_at) * (run.layout.members or 1),
             "time_s": time.perf_counter() - run.start}
     run.watch.observe(host, updates)
     run.timed("loop_watch", begin)

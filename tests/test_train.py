@@ -126,6 +126,23 @@ def test_replica_check_is_per_member():
         check_replicas({"w": diverged}, by_data)
 
 
+def test_a_synchronous_calls_row_speed_ends_when_the_call_returned():
+    """Host actors' calls return once their environments have stepped; their rows are logged
+    after the NEXT call, so a row's interval must end at the stamp taken when its own call
+    returned (else the last row counts 10 calls' steps over 9 calls' time), less the seconds
+    spent in hooks up to then."""
+    import time
+
+    from jaxrl_dist.trainer import _Speed
+
+    speed = _Speed(None)
+    t0 = speed.marks[0][0]
+    assert speed.rate(1000, (t0 + 2.0, 0.0)) == pytest.approx(500.0)
+    time.sleep(0.05)   # logged later than the call returned: that time does not count
+    assert speed.rate(1000, (t0 + 4.0, 1.0)) == pytest.approx(2000 / 3.0)
+    assert speed.stamp()[0] > t0
+
+
 def test_row_sps_is_training_speed_with_slow_evaluations_and_checkpoints(tmp_path, monkeypatch):
     """metrics.jsonl's sps (and the progress line's) is env steps over the time training them
     took: a row whose interval held an evaluation and a checkpoint (each made 0.5 s slower
