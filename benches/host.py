@@ -164,7 +164,7 @@ def bench_host_throughput(args) -> tuple[list[dict], str]:
                     else:
                         cmd = launch_cmd(run, procs, devices, config, extra,
                                          pin=1 if pinned else None)
-                    result = run_command(cmd, timeout=args.timeout)
+                    run_command(cmd, timeout=args.timeout)
                     train_sps = steady_sps(run / "metrics.jsonl")
                 trains.append(train_sps)
                 randoms.append(random_sps)

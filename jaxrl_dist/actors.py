@@ -97,7 +97,10 @@ def episode_sums(reward: np.ndarray, done: np.ndarray, running_return: np.ndarra
 
 
 def ravel_by_dtype(tree: Any) -> tuple[dict[str, jax.Array], Callable[[dict], Any]]:
-    """A pytree -> one flat array per dtype (every value exact), and the inverse."""
+    """A pytree -> one flat array per dtype, and the inverse: what ``act`` takes each step
+    (one buffer per dtype costs less per call than one per leaf). Unlike
+    ``jax.flatten_util.ravel_pytree`` no leaf is cast to a common dtype, so every value is
+    exact (an int32 count stays an int32)."""
     leaves, treedef = jax.tree.flatten(tree)
     groups: dict[str, list[jax.Array]] = {}
     for x in leaves:
@@ -193,6 +196,7 @@ class HostActors:
             # a step's inputs and outputs go one array per dtype: the fixed costs of a call
             # grow with its buffers (16 parameter arrays in and 3 out: ~45 us a step; packed:
             # ~20 us), and a step's cost is mostly such fixed overheads
+            assert self._unravel_acting is not None, "trace _prepare before _act"
             action, carry, extras, env_action = act(self._unravel_acting(acting), carry, obs,
                                                     noise_all, t)
             packed, self._unpack = rollout.pack_by_dtype((action, extras, env_action))
@@ -212,7 +216,7 @@ class HostActors:
         self._prepare = jax.jit(prepare)
         self._unravel_acting: Callable | None = None   # set when prepare is traced
         self._act = jax.jit(act_packed)
-        self._unpack: Callable | None = None   # set when act_packed is traced
+        self._unpack: Callable | None = None   # set when act_packed is traced (with .leaf)
         self._reset_carry = jax.jit(reset_carry)
         self._eval_act = jax.jit(eval_act)
         self._acting = jax.jit(lambda train: (agent.acting(train), agent.policy_params(train)))
@@ -251,7 +255,8 @@ class HostActors:
                 if dtype not in outputs:
                     outputs[dtype] = np.empty((T, *x.shape), x.dtype)
                 outputs[dtype][t] = x
-            env_action = self._unpack.leaf(outputs, -1)[t]   # a view, the last leaf
+            # the environment's action: the packed tuple's last leaf (one array), as a view
+            env_action = self._unpack.leaf(outputs, -1)[t]
             out = self.envs.step(env_action)
             obs[t], reward[t], terminated[t], truncated[t] = (self.obs, out.reward,
                                                               out.terminated, out.truncated)

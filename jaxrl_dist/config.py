@@ -106,8 +106,10 @@ class Config:
         "than all-reduced at every SGD step: faster where collectives are slow and networks "
         "small (CPU processes over gloo); the same parameters on any topology, not bitwise "
         "those of the split batch. null = auto: on where it applies and the learner's CPU "
-        "devices span several processes (2 processes on 2 cores: 0.03-0.15 of the "
-        "environments' speed split, 0.39 replicated), else off", default=None)
+        "devices span several processes (HalfCheetah, 2 processes on 2 cores: split 0.03-0.15x "
+        "the random-action speed, replicated 0.39x), else off. The summary's replicate_learn "
+        "says what ran (false on one data device, where there is nothing to gather)",
+        default=None)
     matmul_precision: str = _doc(
         "float32 matmuls and convolutions: 'default' = the backend's (TF32 on Ampere/Hopper "
         "GPUs, full float32 on CPUs), 'float32' (full, to compare a GPU with a CPU), "

@@ -392,10 +392,10 @@ def loop(run: Run) -> None:
 
 def _calls(run: Run, hooks: HookTable, pending: list, flush, evaluate, loop_start: float,
            stamp) -> None:
-    """The calls of the loop, with the hooks due after each. A host actors' call is
-    synchronous (it returns once its environments have stepped), so its row's speed is taken
-    when it returns (``stamp``), not when the row is logged after the NEXT call: the last row
-    would otherwise count its 10 calls' steps over 9 calls' time."""
+    """The calls of the loop, with the hooks due after each. A call of host actors returns
+    once its environments have stepped (its last ``learn`` still in flight), so its row's
+    interval ends there (``stamp``), not when the row is logged after the NEXT call: the last
+    row would otherwise count its 10 calls' steps over 9 calls' time."""
     sizes = run.sizes
     checked = loop_start   # when a failed background save was last polled for
     distributed.heartbeat()
@@ -404,10 +404,10 @@ def _calls(run: Run, hooks: HookTable, pending: list, flush, evaluate, loop_star
         begin = time.perf_counter()
         run.state, metrics = run.compiled[n](run.state)
         run.timed("loop_dispatch", begin)   # asynchronous: near 0 unless the queue is full
+        done_at = stamp() if run.host_actors is not None else None
         run.updates_done += n
         flush()
-        pending.append((metrics, run.updates_done, n,
-                        stamp() if run.host_actors is not None else None))
+        pending.append((metrics, run.updates_done, n, done_at))
         if call_index == 1 and not hooks.calibrated:   # seconds -> updates, agreed once
             jax.block_until_ready(run.state)
             per_update = ((time.perf_counter() - loop_start)

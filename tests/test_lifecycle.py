@@ -304,7 +304,9 @@ def test_zero_size_arrays_are_checkpointed_and_restored(tmp_path):
 
 def test_a_checkpoint_older_than_a_config_key_resumes(reference, tmp_path):
     """A checkpoint written before ``ppo.grad_clip`` and ``network.init`` existed: the missing
-    keys take their defaults, so it resumes (and ends where the uninterrupted run did)."""
+    keys take their defaults, so it resumes (and ends where the uninterrupted run did); and
+    one from when ``replicate_learn`` defaulted to false (now null, auto: decided anew on the
+    resumed topology, like the device count)."""
     ref_run, ref = reference
     run = tmp_path / "run"
     shutil.copytree(ref_run, run)
@@ -314,6 +316,8 @@ def test_a_checkpoint_older_than_a_config_key_resumes(reference, tmp_path):
                     if f.is_file() and b'"grad_clip"' in f.read_bytes()]
     meta = json.loads(meta_file.read_text())
     del meta["config"]["ppo"]["grad_clip"], meta["config"]["ppo"]["network"]["init"]
+    assert meta["config"]["replicate_learn"] is None
+    meta["config"]["replicate_learn"] = False
     meta_file.write_text(json.dumps(meta))
     proc, resumed = train_cli(run, "--resume")
     assert proc.returncode == 0, proc.stderr[-3000:]
