@@ -275,6 +275,21 @@ def test_same_parameters_on_1_and_2_devices_and_2_processes(tmp_path):
     assert max_rel_diff(params_of(tmp_path / "d1")[0], params_of(tmp_path / "r2")[0]) <= 1e-4
 
 
+def test_pqn_learns_the_whole_batch_on_every_device(plugin, tmp_path):
+    """PQN (as PPO in the launcher test) with ``replicate_learn``: each of 2 devices learns
+    from the whole gathered batch and ends where 1 device does, to float tolerance."""
+    import jax
+
+    from jaxrl_dist.trainer import train
+
+    runs = {}
+    for name, devices, extra in (("d1", 1, {}), ("r2", 2, {"replicate_learn": True})):
+        runs[name] = train(_tiny("pqn", env=CORRIDOR, **extra), tmp_path / name,
+                           devices=jax.devices()[:devices], progress=False)
+    assert runs["r2"]["replicate_learn"] is True and runs["d1"]["replicate_learn"] is False
+    assert max_rel_diff(params_of(tmp_path / "d1")[0], params_of(tmp_path / "r2")[0]) <= 1e-4
+
+
 @pytest.mark.parametrize("algo,env,words", [
     ("ppo", "CartPole-v1", ["replicate_learn applies to a single run on host environments"]),
     ("dqn", CORRIDOR, ["replicate_learn: dqn keeps data sharded", "use it with ppo or pqn"]),
