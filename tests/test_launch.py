@@ -231,7 +231,7 @@ def test_nodes_that_disagree_on_the_job_size_fail_fast(tmp_path):
     start = time.monotonic()
     nodes = [subprocess.Popen(
         [sys.executable, "-m", "jaxrl_dist.launch", "--nnodes", "2", "--node-rank", str(r),
-         "--nproc-per-node", str(r + 1), "--cpu-devices-per-proc", "1", "--init-timeout", "8",
+         "--nproc-per-node", str(r + 1), "--cpu-devices-per-proc", "1", "--init-timeout", "4",
          "--coordinator", f"127.0.0.1:{port}", "--log-dir", str(tmp_path / f"l{r}"), CFG,
          "--run-dir", str(tmp_path / "run")],
         env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for r in (0, 1)]
