@@ -66,6 +66,7 @@ SLOW = {
     "tests/test_host_envs.py::test_every_learner_trains_on_a_registered_host_env[ppo]",
     "tests/test_host_envs.py::test_a_users_env_class_and_vector_env_through_the_python_api",
     "tests/test_host_envs.py::test_pqn_learns_the_whole_batch_on_every_device",   # 6.4 s, 11-27
+    "tests/test_host_envs.py::test_a_host_rollout_is_a_plain_loop_of_act_and_step",  # 5.9 s
     "tests/test_ale.py::test_a_replay_sample_at_a_reset_step_weighs_nothing_and_a_time_limit_bootstraps",
     "tests/test_ale.py::test_one_and_two_devices_learn_the_same_parameters[dqn]",
     "tests/test_ale.py::test_one_and_two_devices_learn_the_same_parameters[ppo]",

@@ -454,3 +454,50 @@ def test_episode_sums_are_the_per_step_running_sums():
         np.testing.assert_allclose(got[2], ret, rtol=1e-9, atol=1e-9)
         np.testing.assert_array_equal(got[3], length)
         assert got[0].dtype == np.float32 and got[1].dtype == np.int32
+
+
+def test_a_host_rollout_is_a_plain_loop_of_act_and_step(tmp_path):
+    """What the host actors' rollout keeps (packed parameters and outputs, buffers unpacked once
+    per rollout, the environment's action read as a view) is exactly a plain loop: ``act`` on
+    the unpacked parameters, one call per step, and the environments stepped with its action.
+    MountainCarContinuous charges the action it is given (unclipped) in its reward, so handing
+    it the stored Gaussian sample instead of the clipped environment action fails here."""
+    import time as _time
+
+    import jax
+
+    from jaxrl_dist import actors, trainer
+
+    run = trainer.setup(config=_tiny("ppo", env="gymnasium:MountainCarContinuous-v0"),
+                        run_dir=tmp_path / "run", resume=False,
+                        env=None, env_params=None, devices=jax.devices()[:1], progress=False,
+                        start=_time.perf_counter())
+    host = run.host_actors
+    reference = host.spec.host(host.stop - host.start, False)
+    try:
+        env_key = jax.random.fold_in(jax.random.split(host.seed_key, 3)[actors.ENV_STREAM], 0)
+        obs = reference.reset(host._seeds(env_key, host.start, host.stop))
+        np.testing.assert_array_equal(obs, host.obs)
+        local = host._local(run.state.train)
+        acting = host.agent.acting(local)
+        noise = host._noise(local.key, host.env_ids)
+        act = jax.jit(host._act_shapes)
+        want_obs, want_action, want_extras, want_reward = [], [], [], []
+        for t in range(host.T):
+            action, _, extras, env_action = act(acting, host.carry, obs, noise, np.int32(t))
+            out = reference.step(np.asarray(env_action))
+            want_obs.append(obs)
+            want_action.append(np.asarray(action))
+            want_extras.append(jax.tree.map(np.asarray, extras))
+            want_reward.append(out.reward)
+            obs = out.obs
+        got = jax.device_get(host.collect(run.state.train))
+    finally:
+        reference.close()
+        host.close()
+    np.testing.assert_array_equal(got.steps.obs, np.stack(want_obs))
+    np.testing.assert_array_equal(got.steps.action, np.stack(want_action))
+    np.testing.assert_array_equal(got.steps.reward, np.stack(want_reward))
+    np.testing.assert_array_equal(got.last_obs, obs)
+    for name, value in got.steps.extras.items():
+        np.testing.assert_array_equal(value, np.stack([e[name] for e in want_extras]))
