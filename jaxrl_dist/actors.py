@@ -20,7 +20,6 @@ episodes (the start line says "actors" were started afresh).
 
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import jax
@@ -100,22 +99,16 @@ def ravel_by_dtype(tree: Any) -> tuple[dict[str, jax.Array], Callable[[dict], An
     """A pytree -> one flat array per dtype, and the inverse: what ``act`` takes each step
     (one buffer per dtype costs less per call than one per leaf). Unlike
     ``jax.flatten_util.ravel_pytree`` no leaf is cast to a common dtype, so every value is
-    exact (an int32 count stays an int32)."""
+    exact (an int32 count stays an int32). It is :func:`rollout.pack_by_dtype` of one row per
+    leaf."""
     leaves, treedef = jax.tree.flatten(tree)
-    groups: dict[str, list[jax.Array]] = {}
-    for x in leaves:
-        groups.setdefault(jnp.dtype(x.dtype).name, []).append(jnp.ravel(x))
-    flat = {k: jnp.concatenate(v) for k, v in groups.items()}
-    layout = [(jnp.dtype(x.dtype).name, x.shape) for x in leaves]
+    shapes = [jnp.shape(x) for x in leaves]
+    rows, unpack = rollout.pack_by_dtype([jnp.reshape(x, (1, -1)) for x in leaves])
+    flat = {k: v[0] for k, v in rows.items()}
 
     def unravel(arrays: dict[str, jax.Array]) -> Any:
-        offset = dict.fromkeys(arrays, 0)
-        out = []
-        for dtype, shape in layout:
-            size = math.prod(shape)
-            out.append(arrays[dtype][offset[dtype]:offset[dtype] + size].reshape(shape))
-            offset[dtype] += size
-        return jax.tree.unflatten(treedef, out)
+        got = unpack({k: v[None] for k, v in arrays.items()})
+        return jax.tree.unflatten(treedef, [x.reshape(s) for x, s in zip(got, shapes)])
 
     return flat, unravel
 
