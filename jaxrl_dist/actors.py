@@ -233,6 +233,7 @@ class HostActors:
     def _collect(self, local: Any) -> Trajectory:
         """:meth:`collect` from this process's copy of the train state (on the acting device)."""
         acting, noise = self._prepare(local, self.env_ids)
+        first_carry = self.carry   # what a recurrent learner replays the rollout from
         has_carry = bool(jax.tree.leaves(self.carry))
         initial = self._initial_carry(self.env_ids) if has_carry else None
         keep_final = self.agent.keep_final_obs
@@ -269,7 +270,8 @@ class HostActors:
             finished_return=finished_return, finished_length=finished_length, extras=extras,
             final_obs=final_obs)
         return Trajectory(self._global(steps, self.steps_sharding, axis=1),
-                          self._global(self.obs, self.obs_sharding, axis=0))
+                          self._global(self.obs, self.obs_sharding, axis=0),
+                          self._global(jax.device_get(first_carry), self.obs_sharding, axis=0))
 
     def _global(self, tree: Any, sharding: Any, axis: int) -> Any:
         def one(x):
@@ -321,8 +323,9 @@ class HostActors:
             finished_return=scalar(np.float32), finished_length=scalar(np.int32),
             extras=jax.tree.map(over_time, extras),
             final_obs=over_time(obs) if self.agent.keep_final_obs else None)
-        return Trajectory(steps, jax.ShapeDtypeStruct(obs.shape, obs.dtype,
-                                                      sharding=self.obs_sharding))
+        def over_envs(x):
+            return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=self.obs_sharding)
+        return Trajectory(steps, over_envs(obs), jax.tree.map(over_envs, carry))
 
     # ------------------------------------------------------------------ evaluation
 

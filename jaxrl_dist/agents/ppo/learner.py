@@ -27,11 +27,10 @@ from jaxrl_dist.sizes import Sizes
 def make_agent(p: PPOConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Agent:
     nets = make_networks(p.network, spec)
     recurrent = nets.recurrent
-    if recurrent is not None and spec.autoreset in ("next_step", "host"):
-        kind = "pool (ale:)" if spec.autoreset == "next_step" else "host (gymnasium:)"
+    if recurrent is not None and spec.resets_late:
         raise EnvError(f"{spec.name}: ppo.network.cell={p.network.cell} does not run on "
-                       f"{kind} environments yet; use cell: none, or an environment stepped "
-                       f"inside the program")
+                       f"environments that reset a step late (a pool, ale:) yet; use cell: "
+                       f"none, or an environment that reports its final observation")
     if recurrent is not None and layout.data_size > 1:   # (a policy loader has one device)
         check_sequences(p, sizes.local_envs)
 
@@ -75,4 +74,9 @@ def make_agent(p: PPOConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         policy=policy, policy_params=policy_params, metrics=metrics_of(p),
         # a pool's final observations are the next step's (envs.pool): not stored twice
         steps_per_env=p.num_steps,
-        keep_final_obs=p.bootstrap_truncation and not spec.resets_late)
+        keep_final_obs=p.bootstrap_truncation and not spec.resets_late,
+        # a resumed run whose actors start fresh episodes (host environments) starts the
+        # critic's carries afresh with them: the saved ones belong to the episodes left behind
+        new_actors=None if recurrent is None or p.network.shared else (
+            lambda data: jax.tree.map(lambda c, c0: jnp.broadcast_to(c0, c.shape), data,
+                                      recurrent.init_carry())))
