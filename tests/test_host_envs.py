@@ -6,6 +6,7 @@ and PQN train on them; the same parameters on 1 and 2 devices and on 2 processes
 launcher; kill -9 and ``--resume`` (fresh episodes, re-seeded deterministically); an exception
 inside a user's environment on one rank ends the job with its message and traceback."""
 
+import json
 import os
 import re
 import shutil
@@ -501,3 +502,65 @@ def test_a_host_rollout_is_a_plain_loop_of_act_and_step(tmp_path):
     np.testing.assert_array_equal(got.last_obs, obs)
     for name, value in got.steps.extras.items():
         np.testing.assert_array_equal(value, np.stack([e[name] for e in want_extras]))
+
+
+GRU = ["--set", "ppo.network.cell=gru", "--set", "ppo.network.cell_size=16",
+       "--set", "ppo.network.actor_hidden=[16]", "--set", "ppo.network.critic_hidden=[16]"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_recurrent_ppo_on_host_envs_is_the_same_on_1_and_2_processes(tmp_path):
+    """A GRU policy on a host environment: the host rollout hands ``learn`` the carry it
+    started from, and the replay reproduces the rollout's log-probs (first_ratio_deviation
+    ~0). One cell shared by actor and critic: 2 processes through the launcher (learning the
+    whole batch on each device, replicate_learn's auto) give 1 process x 2 devices' replicated
+    parameters bit for bit, 1 device's to float tolerance; a cell each (the critic's carries
+    kept in the learner's data, so the batch is split): 2 processes equal 2 devices bit for bit."""
+    cfg = "configs/gymnasium_cartpole.yaml"
+    shared = [*HOST_ARGS, *GRU, "--set", "ppo.network.shared=true"]
+    apart = [*HOST_ARGS, *GRU, "--set", "ppo.network.shared=false"]
+    runs = {}
+    for name, devices, args in (("d1", 1, shared),
+                                ("r2", 2, [*shared, "--set", "replicate_learn=true"]),
+                                ("a2", 2, apart)):
+        proc, runs[name] = train_cli(tmp_path / name, devices=devices, args=args, config=cfg,
+                                     **PLUGIN)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    rows = [json.loads(x) for x in (tmp_path / "d1" / "metrics.jsonl").read_text().splitlines()]
+    assert all(abs(r["first_ratio_deviation"]) < 1e-5 for r in rows), rows
+    for name, args, same in (("p2", shared, "r2"), ("q2", apart, "a2")):
+        proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "1", cfg,
+                             *args, "--run-dir", str(tmp_path / name)], **PLUGIN)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        ranks = summaries(tmp_path / name / "logs")
+        assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"] == \
+            runs[same]["param_fingerprint"], name
+    assert max_rel_diff(params_of(tmp_path / "d1")[0], params_of(tmp_path / "r2")[0]) <= 1e-4
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_recurrent_ppo_on_host_envs_resumes_and_overlaps(tmp_path):
+    """kill -9, then --resume twice from copies of the run: fresh episodes start fresh carries
+    (the critic's, kept in the learner's data, included) and both resumes end on the same
+    parameters; the overlapped mode trains a recurrent policy too."""
+    cfg = "configs/gymnasium_cartpole.yaml"
+    args = [*HOST_ARGS, *GRU, "--set", "ppo.network.shared=false"]
+    run = tmp_path / "run"
+    proc, _ = train_cli(run, devices=1, args=args, config=cfg, JAXRL_FAULT="kill@0:6",
+                        **PLUGIN)
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    shutil.copytree(run, tmp_path / "copy")
+    finished = []
+    for path in (run, tmp_path / "copy"):
+        proc, summary = train_cli(path, "--resume", devices=1, args=args, config=cfg, **PLUGIN)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert re.search(r"resuming at [36]\b", proc.stdout + proc.stderr)
+        assert summary["env_steps"] == 768
+        finished.append(summary["param_fingerprint"])
+    assert finished[0] == finished[1]
+    proc, summary = train_cli(tmp_path / "overlap", devices=2, config=cfg, **PLUGIN,
+                              args=[*args, "--set", "overlap_actors=true"])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert summary["status"] == "completed" and np.isfinite(summary["eval_return"])

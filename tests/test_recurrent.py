@@ -308,10 +308,9 @@ def test_unsupported_combinations_are_one_line():
     config = _config()
     layout = sharding.make_layout(jax.devices()[:1])
     sizes = sizes_lib.derive_sizes(config, 1)
-    host = replace(make_env("CartPole-v1"), adapter=None, host=lambda n, ev: None,
-                   autoreset="host")
-    with pytest.raises(EnvError, match="cell=gru does not run on host"):
-        make_learner(config, sizes, host, layout)
+    pool = replace(make_env("CartPole-v1"), adapter=None, pool=object(), autoreset="next_step")
+    with pytest.raises(EnvError, match="cell=gru does not run on environments that reset a step"):
+        make_learner(config, sizes, pool, layout)   # host environments train (test_host_envs)
     # each device must hold whole minibatch groups: 4 sequences over 4 devices, 2 minibatches
     with pytest.raises(ConfigError, match=r"must divide each device's sequences"):
         make_learner(config, sizes_lib.derive_sizes(config, 4),
