@@ -92,7 +92,7 @@ def make_eval_program(agent: Agent, spec: EnvSpec, layout: Layout, episodes: int
             slots, out = envs_lib.step(spec, envs_lib.step_keys(keys), slots, action,
                                       autoreset=False,   # one episode each
                                       batch_axis=options.batch_axis)
-            if spec.autoreset == "next_step":   # a pool: scores and ends as the game counts
+            if spec.resets_late:   # a pool: scores and ends as the game counts
                 ended = out.finished_length > 0
                 ret = jnp.where(done, ret, jnp.where(ended, out.finished_return,
                                                      slots.episode_return))

@@ -21,7 +21,8 @@ from jax.sharding import Mesh, PartitionSpec as P
 from jaxrl_dist import agents, compile_cache, population, rollout
 from jaxrl_dist.agents.base import EPISODE_METRICS, Agent, check_aggregations, check_metrics
 from jaxrl_dist.config import Config
-from jaxrl_dist.envs import CompileOptions, EnvSpec
+from jaxrl_dist import envs as envs_lib
+from jaxrl_dist.envs import AUTORESETS, CompileOptions, EnvSpec
 from jaxrl_dist.evaluate import make_eval_program
 from jaxrl_dist.errors import ConfigError
 from jaxrl_dist.sharding import Layout, replicated_layout
@@ -166,7 +167,7 @@ def replicates(config: Config, spec: EnvSpec, layout: Layout, learner: Learner) 
     if config.replicate_learn is False:
         return False
     from jaxrl_dist.envs import EnvError
-    if spec.autoreset != "host" or layout.members:
+    if not spec.on_host or layout.members:
         if auto:
             return False
         raise EnvError(f"{spec.name}: replicate_learn applies to a single run on host "
@@ -194,17 +195,19 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
     mesh, axis = layout.mesh, layout.data_axis
     E, T = sizes.local_envs, agent.steps_per_env
     specs = RunState(layout.train, layout.envs, layout.envs)
-    env_inputs, input_specs = EnvInputs(), EnvInputs()
-    if spec.autoreset == "next_step":
-        agent, env_inputs = _open_pools(agent, spec, layout, E, settings.eval_episodes)
-        input_specs = EnvInputs(layout.envs, layout.envs)
-    host = spec.autoreset == "host"
-    if host:   # stepped by the host actors (jaxrl_dist.actors); state outside the run state
+    if spec.state_outside_jax:   # checkpoints leave the actors out; fresh episodes on resume
         if layout.members:
             from jaxrl_dist.envs import EnvError
-            raise EnvError(f"{spec.name}: populations do not run host environments yet; "
-                           f"train each seed as its own run")
+            raise EnvError(f"{spec.name}: populations do not run environments stepped "
+                           f"outside JAX ({AUTORESETS[spec.autoreset]}) yet; train each seed "
+                           f"as its own run")
         agent = agent._replace(checkpointed=agent.checkpointed._replace(actors=False))
+    host = spec.on_host   # stepped by the host driver (jaxrl_dist.drivers.host)
+    env_inputs, input_specs = EnvInputs(), EnvInputs()
+    inputs = None if host else envs_lib.program_inputs(
+        spec, layout.sharding(layout.envs), E * layout.data_size, settings.eval_episodes)
+    if inputs is not None:   # a pool per device
+        env_inputs, input_specs = EnvInputs(*inputs), EnvInputs(layout.envs, layout.envs)
 
     def params_of(seed_key):
         return agent.init_params(jax.random.split(seed_key, 3)[0])
@@ -334,18 +337,3 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
     return Learner(init, update, learn, collect, evaluate, abstract_state, layout, init_program,
                    agent, specs, {**agent.metrics, SKIPPED: "sum"}, env_inputs, restored,
                    learn_next)
-
-
-def _open_pools(agent: Agent, spec: EnvSpec, layout: Layout, local_envs: int,
-                eval_episodes: int) -> tuple[Agent, EnvInputs]:
-    """One training pool and one evaluation pool per local device. A pool's state lives in
-    its emulator, not in the run state: checkpoints leave the actors out and a resumed run
-    starts fresh episodes in new pools."""
-    from jaxrl_dist.envs import EnvError, pool
-    if layout.members:
-        raise EnvError(f"{spec.name}: populations do not run pool environments yet; train "
-                       f"each seed as its own run")
-    sharding = layout.sharding(layout.envs)
-    inputs = EnvInputs(pool.global_handles(spec, sharding, local_envs * layout.data_size),
-                       pool.global_handles(spec, sharding, eval_episodes))
-    return agent._replace(checkpointed=agent.checkpointed._replace(actors=False)), inputs

@@ -77,12 +77,7 @@ def reset_actors(spec: EnvSpec, agent: Agent, keys: jax.Array, handles: Any = No
                  ) -> ActorState:
     """Fresh environments [E] (one key each) and the policy's initial carry; a pool's
     environments are reset in the pool ``handles`` [E, 8] names (see ``envs.pool``)."""
-    if spec.autoreset == "next_step":   # a pool
-        from jaxrl_dist.envs import pool
-        slots = pool.reset(spec, handles, keys)
-    else:
-        slots = jax.vmap(lambda k: envs_lib.reset(spec, k))(keys)
-    return ActorState(slots, initial_carries(agent, keys))
+    return ActorState(envs_lib.reset_batch(spec, keys, handles), initial_carries(agent, keys))
 
 
 def collect(spec: EnvSpec, agent: Agent, acting: Any, actors: ActorState, env_ids: jax.Array,

@@ -57,7 +57,7 @@ class Run:
     # wall time went without a profiler (e.g. host logging longer than a device call)
     timing: dict[str, float] = field(default_factory=dict)
     watch: Any = None   # faults.DivergenceWatch: streaks of updates skipped as non-finite
-    host_actors: Any = None   # actors.HostActors: this process's host environments, if any
+    driver: Any = None   # drivers.Driver: how the updates reach the environments
 
     def record_returns(self, rows: list[dict[str, Any]]) -> None:
         """Fold one call's metrics rows (one per member) into the final and best returns."""

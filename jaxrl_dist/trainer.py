@@ -13,15 +13,13 @@ from __future__ import annotations
 import collections
 import contextlib
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
 
 import jax
 import numpy as np
 
-from jaxrl_dist import actors as actors_lib
-from jaxrl_dist import compile_cache, distributed, faults, integrity, population, reporting
+from jaxrl_dist import compile_cache, distributed, drivers, faults, integrity, population, reporting
 from jaxrl_dist import rundir
 from jaxrl_dist import policy as policy_lib
 from jaxrl_dist import summary as summary_lib
@@ -75,8 +73,7 @@ def train(
             try:
                 loop(run)
             finally:
-                if run.host_actors is not None:
-                    run.host_actors.close()
+                run.driver.close()
         summary = summarize(run)
         if run.status == "diverged":
             raise faults.TrainingDiverged(faults.diverged_message(
@@ -108,14 +105,18 @@ def setup(*, config: Config, run_dir: str | Path | None, resume: bool, env: Any,
     opened = _open_run_dir(config=config, run_dir=run_dir, resume=resume, learner=parts.learner)
     seed_keys, swept = _seed_keys(config=config, layout=parts.layout, members=parts.members)
     compile_start = time.perf_counter()
-    common = dict(config=config, learner=parts.learner, layout=parts.layout, sizes=parts.sizes,
-                  seed_keys=seed_keys, swept=swept, checkpointer=opened.checkpointer,
-                  restore=opened.restore)
-    if parts.spec.autoreset == "host":   # environments this process steps on its CPUs
-        ready = _compile_and_init_host(**common, spec=parts.spec,
-                                       actor_device=parts.actor_device)
-    else:
-        ready = _compile_and_init(**common)
+
+    def restore(state):
+        return _restore(config=config, learner=parts.learner,
+                        checkpointer=opened.checkpointer, state=state)
+    try:
+        ready = parts.driver.compile_and_init(
+            learner=parts.learner, sizes=parts.sizes, seed_keys=seed_keys, swept=swept,
+            restore=restore if opened.restore else None, eval_episodes=config.eval_episodes,
+            eval_deterministic=config.eval_deterministic)
+    except BaseException:   # the run never starts: what the driver opened is closed now
+        parts.driver.close()
+        raise
     reporter = _make_reporter(run_dir=opened.path, sizes=parts.sizes, progress=progress,
                               resume=resume, updates_done=ready.updates_done)
     run = Run(config=config, sizes=parts.sizes, layout=parts.layout, learner=parts.learner,
@@ -128,7 +129,7 @@ def setup(*, config: Config, run_dir: str | Path | None, resume: bool, env: Any,
                                               config_lib.to_dict(config)[config.algo],
                                               parts.spec),
               compile_programs={k: round(v, 3) for k, v in ready.seconds.items()},
-              device_kind=parts.device_kind, host_actors=ready.host_actors,
+              device_kind=parts.device_kind, driver=parts.driver,
               watch=faults.DivergenceWatch(config.max_nonfinite_skips, parts.layout.members,
                                            programs.SKIPPED, tuple(EPISODE_METRICS),
                                            say=reporter.message))
@@ -145,7 +146,7 @@ class _Parts(NamedTuple):
     spec: EnvSpec
     device_kind: str
     learner: programs.Learner
-    actor_device: Any = None   # host environments' acting device apart from the mesh (overlap)
+    driver: drivers.Driver     # how updates reach the environments (fused or host)
 
 
 def _build(*, config: Config, env: Any, env_params: Any,
@@ -155,19 +156,16 @@ def _build(*, config: Config, env: Any, env_params: Any,
     pop = config.population
     members = population.members(config) if pop.enabled else None
     spec = make_env_from_config(config, env, env_params)
-    if config.overlap_actors and spec.autoreset != "host":
-        raise ConfigError(f"overlap_actors applies to host environments (gymnasium:), not to "
-                          f"{spec.name}, which is stepped inside the program")
-    devices, actor_device = actors_lib.learner_devices(config.overlap_actors, devices)
-    layout = sharding.make_layout(devices, len(members) if members else None,
+    driver = drivers.make(config, spec, devices)
+    layout = sharding.make_layout(driver.devices, len(members) if members else None,
                                   pop.member_devices)
     sizes = sizes_lib.derive_sizes(config, layout.data_size)
     device_kind = integrity.check_device_kinds()
-    if device_kind == "cpu" or spec.autoreset == "host":   # CPUs compute what must agree
+    if device_kind == "cpu" or driver.steps_on_cpus:   # CPUs compute what must agree
         integrity.check_vector_extensions()
     integrity.check_processes_agree(config)
     learner = make_learner(config, sizes, spec, layout)
-    return _Parts(members, layout, sizes, spec, device_kind, learner, actor_device)
+    return _Parts(members, layout, sizes, spec, device_kind, learner, driver)
 
 
 class _RunDir(NamedTuple):
@@ -210,86 +208,6 @@ def _seed_keys(*, config: Config, layout: sharding.Layout,
             layout.put(population.hparams(config), layout.train))
 
 
-class _Ready(NamedTuple):
-    state: Any
-    updates_done: int
-    compiled: dict[int, Any]        # updates per call -> compiled update program
-    evaluate: Any                   # compiled evaluation program
-    seconds: dict[str, float]       # per program: trace + lower, then XLA compile
-    host_actors: Any = None         # actors.HostActors for host environments
-
-
-def _compile_and_init(*, config: Config, learner: programs.Learner, layout: sharding.Layout,
-                      sizes: sizes_lib.Sizes, seed_keys: Any, swept: Any,
-                      checkpointer: Checkpointer, restore: bool) -> _Ready:
-    """Trace the programs, then compile them on a worker thread (XLA releases the GIL) while
-    this thread compiles and runs init and restores a checkpoint. The eval program compiles
-    on the worker too; it and init, which run once, compile at a cheaper level."""
-    once = compile_cache.run_once_options(layout.mesh.devices.flat)
-    abstract = learner.abstract_state()
-    call_sizes = set(sizes_lib.calls(sizes))   # a resume off this grid compiles more below
-    seconds: dict[str, float] = {}
-
-    def timed(name: str, fn, *args):
-        begin = time.perf_counter()
-        out = fn(*args)
-        seconds[name] = seconds.get(name, 0.0) + time.perf_counter() - begin
-        return out
-
-    lowered = {n: timed("update", learner.update.lower, abstract, n)
-               for n in sorted(call_sizes)}
-    env_inputs = learner.env_inputs
-    lowered_eval = timed("evaluate", learner.evaluate.lower, abstract.train, seed_keys,
-                         env_inputs.eval)
-    pool = ThreadPoolExecutor(max_workers=1)
-    try:
-        pending = {n: pool.submit(timed, "update", low.compile) for n, low in lowered.items()}
-        pending_eval = pool.submit(timed, "evaluate", lowered_eval.compile, once)
-        state = learner.init(seed_keys, swept)   # compiled with the run-once options
-        updates_done = 0
-        if restore:
-            state, updates_done = _restore(config=config, learner=learner,
-                                           checkpointer=checkpointer, state=state)
-        compiled = {n: f.result() for n, f in pending.items()}
-        evaluate = pending_eval.result()
-    finally:  # on an error, do not wait for the compile: fail at once
-        pool.shutdown(wait=False, cancel_futures=True)
-    for n in set(sizes_lib.calls(sizes, updates_done)) - set(compiled):  # resumed off this grid
-        compiled[n] = learner.update.lower(abstract, n).compile()
-    jax.block_until_ready(state)
-    return _Ready(state, updates_done, compiled, evaluate, seconds)
-
-
-def _compile_and_init_host(*, config: Config, learner: programs.Learner,
-                           layout: sharding.Layout, sizes: sizes_lib.Sizes, seed_keys: Any,
-                           swept: Any, checkpointer: Checkpointer, restore: bool,
-                           spec: EnvSpec, actor_device: Any = None) -> _Ready:
-    """For host environments: init (or restore) the state, open this process's environments
-    (seeded from the update it starts at) and compile ``learn_next``, which every call of
-    the host actors runs once per update."""
-    seconds: dict[str, float] = {}
-    state = learner.init(seed_keys, swept)   # compiled with the run-once options
-    updates_done = 0
-    if restore:
-        state, updates_done = _restore(config=config, learner=learner,
-                                       checkpointer=checkpointer, state=state)
-    host = actors_lib.HostActors(learner, spec, sizes, config.eval_episodes,
-                                 config.eval_deterministic, seed_keys, updates_done,
-                                 actor_device)
-    try:
-        abstract = learner.abstract_state()
-        begin = time.perf_counter()
-        host.learn = learner.learn_next.lower(abstract.train, abstract.data,
-                                              host.abstract_trajectory()).compile()
-        seconds["update"] = time.perf_counter() - begin
-    except BaseException:   # the run never starts: its environments' workers end now
-        host.close()
-        raise
-    compiled = {n: host.updates(n) for n in set(sizes_lib.calls(sizes, updates_done))}
-    jax.block_until_ready(state)
-    return _Ready(state, updates_done, compiled, host.evaluate, seconds, host)
-
-
 def _restore(*, config: Config, learner: programs.Learner, checkpointer: Checkpointer,
              state: Any) -> tuple[Any, int]:
     """The latest checkpoint in ``state``'s shapes and shardings, refused if it was trained
@@ -328,9 +246,7 @@ def _start(run: Run, *, restored: bool, note: str | None, compile_start: float) 
                        env_steps=run.updates_done * sizes.batch_size)
     rebuilt = summary_lib.rebuilt_on_resume(run)
     rebuilt = f" (not in checkpoints, started afresh: {', '.join(rebuilt)})" if rebuilt else ""
-    host = run.host_actors
-    overlap = (f", acting on {host.device} during updates (overlap_actors)"
-               if host is not None and host.overlap else "")
+    overlap = run.driver.describe()
     if run.learner.replicated:
         overlap += ", every device learning from the whole batch (replicate_learn)"
     run.reporter.message(
@@ -394,8 +310,8 @@ def _calls(run: Run, hooks: HookTable, pending: list, flush, evaluate, loop_star
            stamp) -> None:
     """The calls of the loop, with the hooks due after each. A call of host actors returns
     once its environments have stepped (its last ``learn`` still in flight), so its row's
-    interval ends there (``stamp``), not when the row is logged after the NEXT call: the last
-    row would otherwise count its 10 calls' steps over 9 calls' time."""
+    interval ends there (``Driver.row_end``), not when the row is logged after the NEXT call:
+    the last row would otherwise count its 10 calls' steps over 9 calls' time."""
     sizes = run.sizes
     checked = loop_start   # when a failed background save was last polled for
     distributed.heartbeat()
@@ -404,7 +320,7 @@ def _calls(run: Run, hooks: HookTable, pending: list, flush, evaluate, loop_star
         begin = time.perf_counter()
         run.state, metrics = run.compiled[n](run.state)
         run.timed("loop_dispatch", begin)   # asynchronous: near 0 unless the queue is full
-        done_at = stamp() if run.host_actors is not None else None
+        done_at = run.driver.row_end(stamp)
         run.updates_done += n
         flush()
         pending.append((metrics, run.updates_done, n, done_at))

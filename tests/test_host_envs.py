@@ -473,7 +473,7 @@ def test_a_host_rollout_is_a_plain_loop_of_act_and_step(tmp_path):
                         run_dir=tmp_path / "run", resume=False,
                         env=None, env_params=None, devices=jax.devices()[:1], progress=False,
                         start=_time.perf_counter())
-    host = run.host_actors
+    host = run.driver.actors
     reference = host.spec.host(host.stop - host.start, False)
     try:
         env_key = jax.random.fold_in(jax.random.split(host.seed_key, 3)[actors.ENV_STREAM], 0)

@@ -138,6 +138,19 @@ class EnvSpec:
         _check_autoreset(self)
 
     @property
+    def on_host(self) -> bool:
+        """Stepped outside the program on each process's CPUs (``envs.host``): the host
+        driver's environments (``jaxrl_dist.drivers``), with no state in the run state."""
+        return self.autoreset == "host"
+
+    @property
+    def state_outside_jax(self) -> bool:
+        """The environments' state lives outside JAX (a pool's emulator, a host process):
+        not in the run state, so checkpoints leave it out and a resumed run starts fresh
+        episodes."""
+        return self.pool is not None or self.host is not None
+
+    @property
     def resets_late(self) -> bool:
         """Final observations are in the next row (a pool's late reset): learners then store
         no separate final observation and drop the reset steps."""
@@ -212,6 +225,26 @@ def _float_obs(obs: Any) -> jax.Array:
 
 def _mask(spec: EnvSpec, state: Any) -> jax.Array | None:
     return jnp.asarray(spec.adapter.action_mask(state), bool) if spec.masked else None
+
+
+def reset_batch(spec: EnvSpec, keys: jax.Array, handles: Any = None) -> EnvSlot:
+    """Fresh environments [E], one key each: an adapter's reset vmapped, or a pool's
+    environments reset in the pool ``handles`` [E, 8] names (:func:`program_inputs`)."""
+    if spec.pool is not None:
+        return pool.reset(spec, handles, keys)
+    return jax.vmap(lambda k: reset(spec, k))(keys)
+
+
+def program_inputs(spec: EnvSpec, sharding: Any, num_envs: int, eval_episodes: int
+                   ) -> tuple[jax.Array, jax.Array] | None:
+    """What a program stepping ``spec`` takes as inputs besides the run state: a pool's
+    handles for ``num_envs`` training and ``eval_episodes`` evaluation environments laid out by
+    ``sharding`` (one pool per local device, its state in the emulator, so not in the run
+    state nor in checkpoints); None for environments written in JAX."""
+    if spec.pool is None:
+        return None
+    return (pool.global_handles(spec, sharding, num_envs),
+            pool.global_handles(spec, sharding, eval_episodes))
 
 
 def reset(spec: EnvSpec, key: jax.Array) -> EnvSlot:

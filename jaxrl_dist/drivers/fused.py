@@ -1,0 +1,48 @@
+"""The fused driver: the whole update, rollout and ``learn``, is ONE compiled program of
+``n`` updates (``Learner.update``); environments written in JAX step inside it, pools
+(``envs.pool``) through XLA calls from it. Evaluation is a compiled program too."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable
+
+import jax
+
+from jaxrl_dist import compile_cache
+from jaxrl_dist import sizes as sizes_lib
+from jaxrl_dist.drivers.base import Driver, Ready, Seconds, init_or_restore
+
+
+class FusedDriver(Driver):
+
+    def compile_and_init(self, *, learner: Any, sizes: sizes_lib.Sizes, seed_keys: Any,
+                         swept: Any, restore: Callable[[Any], tuple[Any, int]] | None,
+                         eval_episodes: int, eval_deterministic: bool) -> Ready:
+        """Trace the programs, then compile them on a worker thread (XLA releases the GIL)
+        while this thread compiles and runs init and restores a checkpoint. The eval program
+        compiles on the worker too; it and init, which run once, compile at a cheaper level."""
+        del eval_episodes, eval_deterministic   # compiled into learner.evaluate
+        once = compile_cache.run_once_options(learner.layout.mesh.devices.flat)
+        abstract = learner.abstract_state()
+        call_sizes = set(sizes_lib.calls(sizes))   # a resume off this grid compiles more below
+        seconds = Seconds()
+        lowered = {n: seconds.timed("update", learner.update.lower, abstract, n)
+                   for n in sorted(call_sizes)}
+        env_inputs = learner.env_inputs
+        lowered_eval = seconds.timed("evaluate", learner.evaluate.lower, abstract.train,
+                                     seed_keys, env_inputs.eval)
+        pool = ThreadPoolExecutor(max_workers=1)
+        try:
+            pending = {n: pool.submit(seconds.timed, "update", low.compile)
+                       for n, low in lowered.items()}
+            pending_eval = pool.submit(seconds.timed, "evaluate", lowered_eval.compile, once)
+            state, updates_done = init_or_restore(learner, seed_keys, swept, restore)
+            compiled = {n: f.result() for n, f in pending.items()}
+            evaluate = pending_eval.result()
+        finally:  # on an error, do not wait for the compile: fail at once
+            pool.shutdown(wait=False, cancel_futures=True)
+        for n in set(sizes_lib.calls(sizes, updates_done)) - set(compiled):   # resumed off
+            compiled[n] = learner.update.lower(abstract, n).compile()          # this grid
+        jax.block_until_ready(state)
+        return Ready(state, updates_done, compiled, evaluate, dict(seconds))
