@@ -26,18 +26,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from jaxrl_dist import distributed, rollout
+from jaxrl_dist import distributed, keys, rollout
 from jaxrl_dist.envs import EnvSpec, to_env_action
 from jaxrl_dist.envs.host import HostEnvs
 from jaxrl_dist.envs.pool import seeds_of
-from jaxrl_dist.evaluate import EVAL_STREAM, eval_action
+from jaxrl_dist.evaluate import eval_action
 from jaxrl_dist.programs import Learner
 from jaxrl_dist.running_stats import moments_from_sums
 from jaxrl_dist.sizes import Sizes
 from jaxrl_dist.types import RunState, Trajectory, Transition
-
-# The seed's three streams (programs.build): parameters, environments, training.
-ENV_STREAM = 1
 
 
 def learner_devices(overlap: bool, devices: Any = None) -> tuple[Any, Any]:
@@ -148,8 +145,7 @@ class HostActors:
         except BaseException:   # no half-opened set of workers left behind
             self.close()
             raise
-        env_key = jax.random.fold_in(jax.random.split(self.seed_key, 3)[ENV_STREAM],
-                                     updates_done)
+        env_key = keys.host_env_seeds_key(self.seed_key, updates_done)
         self.obs = self.envs.reset(self._seeds(env_key, self.start, self.stop))
         n = self.stop - self.start
         self.episode_return = np.zeros(n, np.float64)   # of the episodes running now
@@ -169,12 +165,8 @@ class HostActors:
     def _compile_local(self) -> None:
         agent, spec, T = self.agent, self.spec, self.T
 
-        def noise(train_key, env_ids):   # as rollout.collect draws it, key split as the update
-            _, key_act, _ = jax.random.split(train_key, 3)
-            k_noise, _ = jnp.moveaxis(
-                jax.vmap(jax.random.split)(rollout.env_keys(key_act, env_ids)), 1, 0)
-            return jax.tree.map(lambda x: x.swapaxes(0, 1),
-                                jax.vmap(lambda k: agent.noise(k, T))(k_noise))
+        def noise(train_key, env_ids):   # what the fused rollout of this update draws
+            return rollout.rollout_noise(agent, keys.of_update(train_key).act, env_ids, T)
 
         def act(acting, carry, obs, noise_all, t):
             noise_t = jax.tree.map(lambda x: x[t], noise_all)
@@ -336,8 +328,7 @@ class HostActors:
         local = self._local(train)
         acting, policy_params = self._acting(local)
         update = int(np.asarray(local.update))
-        key = jax.random.fold_in(jax.random.fold_in(np.asarray(seed_key), EVAL_STREAM), update)
-        key_reset, key_steps = jax.random.split(key)
+        key_reset, key_steps = keys.of_eval(np.asarray(seed_key), update)
         obs = self.eval_envs.reset(self._seeds(key_reset, self.eval_start, self.eval_stop))
         n = self.eval_stop - self.eval_start
         ids = self._put(np.arange(self.eval_start, self.eval_stop, dtype=np.int32))

@@ -15,14 +15,14 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_dist import envs as envs_lib
-from jaxrl_dist import rollout, running_stats
+from jaxrl_dist import keys, rollout, running_stats
 from jaxrl_dist.envs import CompileOptions, EnvSpec
 from jaxrl_dist.sharding import Layout
 
 if TYPE_CHECKING:
     from jaxrl_dist.agents.base import Agent
 
-EVAL_STREAM = 0x5EED  # folded into the seed so eval keys never collide with training keys
+EVAL_STREAM = keys.EVAL_STREAM   # (kept for importers)
 
 
 def _device_varying(tree: Any, axes: tuple[str, ...]) -> Any:
@@ -73,9 +73,8 @@ def make_eval_program(agent: Agent, spec: EnvSpec, layout: Layout, episodes: int
     max_steps = spec.max_episode_steps
 
     def local_eval(train, seed_key, pools):
-        key = jax.random.fold_in(jax.random.fold_in(seed_key, EVAL_STREAM), train.update)
         env_ids = rollout.local_env_ids(local_envs, axis)
-        key_reset, key_steps = jax.random.split(key)
+        key_reset, key_steps = keys.of_eval(seed_key, train.update)
         actors = rollout.reset_actors(spec, agent, rollout.env_keys(key_reset, env_ids), pools)
         policy_params, acting = agent.policy_params(train), agent.acting(train)
 

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
 
-from jaxrl_dist import agents, compile_cache, population, rollout
+from jaxrl_dist import agents, compile_cache, keys, population, rollout
 from jaxrl_dist.agents.base import EPISODE_METRICS, Agent, check_aggregations, check_metrics
 from jaxrl_dist.config import Config
 from jaxrl_dist import envs as envs_lib
@@ -210,14 +210,14 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         env_inputs, input_specs = EnvInputs(*inputs), EnvInputs(layout.envs, layout.envs)
 
     def params_of(seed_key):
-        return agent.init_params(jax.random.split(seed_key, 3)[0])
+        return agent.init_params(keys.of_seed(seed_key).params)
 
     def init_local(seed_key, swept, params, handles):
-        _, key_envs, key_train = jax.random.split(seed_key, 3)
+        seed = keys.of_seed(seed_key)
         env_ids = rollout.local_env_ids(E, axis)
         actors = () if host else rollout.reset_actors(
-            spec, agent, rollout.env_keys(key_envs, env_ids), handles)
-        train, data = agent.init(key_train, params, swept)
+            spec, agent, keys.per_env(seed.envs, env_ids), handles)
+        train, data = agent.init(seed.train, params, swept)
         return RunState(train, actors, data)
 
     def collect_local(train, actors, key):
@@ -234,14 +234,14 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         return learned, data, metrics
 
     def learn_next_local(train, data, trajectory):
-        key, _, key_learn = jax.random.split(train.key, 3)   # as one_update splits it
-        return learn_local(train._replace(key=key), data, trajectory, key_learn)
+        k = keys.of_update(train.key)   # the host actors acted with k.act
+        return learn_local(train._replace(key=k.next), data, trajectory, k.learn)
 
     def one_update(state: RunState, _):
-        key, key_act, key_learn = jax.random.split(state.train.key, 3)
-        actors, trajectory = collect_local(state.train, state.actors, key_act)
-        train, data, metrics = learn_local(state.train._replace(key=key), state.data,
-                                           trajectory, key_learn)
+        k = keys.of_update(state.train.key)
+        actors, trajectory = collect_local(state.train, state.actors, k.act)
+        train, data, metrics = learn_local(state.train._replace(key=k.next), state.data,
+                                           trajectory, k.learn)
         return RunState(train, actors, data), metrics
 
     def update_local(state: RunState, num_updates: int):

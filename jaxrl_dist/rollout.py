@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_dist import envs as envs_lib
+from jaxrl_dist import keys
 from jaxrl_dist.envs import EnvSpec
 from jaxrl_dist.types import ActorState, Transition
 
@@ -58,9 +59,7 @@ def pack_by_dtype(tree: Any) -> tuple[dict[str, jax.Array], Callable[[dict], Any
     return packed, unpack
 
 
-def env_keys(key: jax.Array, env_ids: jax.Array) -> jax.Array:
-    """One key per environment, a function of the global environment index only."""
-    return jax.vmap(jax.random.fold_in, (None, 0))(key, env_ids)
+env_keys = keys.per_env   # one key per environment, from its global index only
 
 
 def local_env_ids(num_local: int, axis_name: str) -> jax.Array:
@@ -80,6 +79,14 @@ def reset_actors(spec: EnvSpec, agent: Agent, keys: jax.Array, handles: Any = No
     return ActorState(envs_lib.reset_batch(spec, keys, handles), initial_carries(agent, keys))
 
 
+def rollout_noise(agent: Agent, act_key: jax.Array, env_ids: jax.Array, num_steps: int) -> Any:
+    """Every step's action noise [T, E, ...] of a rollout, one batched draw per environment
+    from its rollout key (:func:`keys.of_rollout`): what both drivers' actors act with."""
+    noise_keys = keys.of_rollout(act_key, env_ids).noise
+    return jax.tree.map(lambda x: x.swapaxes(0, 1),
+                        jax.vmap(lambda k: agent.noise(k, num_steps))(noise_keys))
+
+
 def collect(spec: EnvSpec, agent: Agent, acting: Any, actors: ActorState, env_ids: jax.Array,
             key: jax.Array, num_steps: int, batch_axis: str | None = None
             ) -> tuple[ActorState, Transition]:
@@ -95,11 +102,9 @@ def collect(spec: EnvSpec, agent: Agent, acting: Any, actors: ActorState, env_id
     # action noise and its (step, reset) key pairs for all T steps are one batched draw each,
     # step t taking row t. Few large draws, not a fold_in and splits per (step, environment):
     # XLA:CPU runs them as fewer, fuller kernels (+4 % on the CartPole update).
-    k_noise, k_env = jnp.moveaxis(jax.vmap(jax.random.split)(env_keys(key, env_ids)), 1, 0)
-    noise = jax.tree.map(lambda x: x.swapaxes(0, 1),
-                         jax.vmap(lambda k: agent.noise(k, num_steps))(k_noise))   # [T, E, ...]
+    noise = rollout_noise(agent, key, env_ids, num_steps)                    # [T, E, ...]
     key_env = jax.vmap(lambda k: jax.random.split(k, (num_steps, 2)))(
-        k_env).swapaxes(0, 1)                                                # [T, E, 2, key]
+        keys.of_rollout(key, env_ids).env).swapaxes(0, 1)                   # [T, E, 2, key]
     initial_carry = initial_carries(agent, env_ids)
 
     def env_step(actors: ActorState, xs):

@@ -467,7 +467,7 @@ def test_a_host_rollout_is_a_plain_loop_of_act_and_step(tmp_path):
 
     import jax
 
-    from jaxrl_dist import actors, trainer
+    from jaxrl_dist import keys, trainer
 
     run = trainer.setup(config=_tiny("ppo", env="gymnasium:MountainCarContinuous-v0"),
                         run_dir=tmp_path / "run", resume=False,
@@ -476,7 +476,7 @@ def test_a_host_rollout_is_a_plain_loop_of_act_and_step(tmp_path):
     host = run.driver.actors
     reference = host.spec.host(host.stop - host.start, False)
     try:
-        env_key = jax.random.fold_in(jax.random.split(host.seed_key, 3)[actors.ENV_STREAM], 0)
+        env_key = keys.host_env_seeds_key(host.seed_key, 0)
         obs = reference.reset(host._seeds(env_key, host.start, host.stop))
         np.testing.assert_array_equal(obs, host.obs)
         local = host._local(run.state.train)
