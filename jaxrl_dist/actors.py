@@ -20,6 +20,7 @@ episodes (the start line says "actors" were started afresh).
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import jax
@@ -92,22 +93,32 @@ def episode_sums(reward: np.ndarray, done: np.ndarray, running_return: np.ndarra
             np.where(done, length, 0).astype(np.int32), after_return, after_length)
 
 
-def ravel_by_dtype(tree: Any) -> tuple[dict[str, jax.Array], Callable[[dict], Any]]:
-    """A pytree -> one flat array per dtype, and the inverse: what ``act`` takes each step
-    (one buffer per dtype costs less per call than one per leaf). Unlike
-    ``jax.flatten_util.ravel_pytree`` no leaf is cast to a common dtype, so every value is
-    exact (an int32 count stays an int32). It is :func:`rollout.pack_by_dtype` of one row per
-    leaf."""
-    leaves, treedef = jax.tree.flatten(tree)
-    shapes = [jnp.shape(x) for x in leaves]
-    rows, unpack = rollout.pack_by_dtype([jnp.reshape(x, (1, -1)) for x in leaves])
-    flat = {k: v[0] for k, v in rows.items()}
+def raveling(like: Any) -> tuple[Callable[[Any], dict[str, jax.Array]], Callable[[dict], Any]]:
+    """(ravel, unravel) for pytrees shaped like ``like`` (arrays or ShapeDtypeStructs): a tree
+    -> one flat array per dtype, and the inverse: what ``act`` takes each step (one buffer per
+    dtype costs less per call than one per leaf). Unlike ``jax.flatten_util.ravel_pytree`` no
+    leaf is cast to a common dtype, so every value is exact (an int32 count stays an int32).
+    It is :func:`rollout.packing` of one row per leaf, built from shapes alone."""
+    leaves, treedef = jax.tree.flatten(like)
+    shapes = [tuple(x.shape) for x in leaves]
+    pack, unpack = rollout.packing([jax.ShapeDtypeStruct((1, math.prod(s)), x.dtype)
+                                    for x, s in zip(leaves, shapes)])
+
+    def ravel(tree: Any) -> dict[str, jax.Array]:
+        rows = pack([jnp.reshape(x, (1, -1)) for x in jax.tree.leaves(tree)])
+        return {k: v[0] for k, v in rows.items()}
 
     def unravel(arrays: dict[str, jax.Array]) -> Any:
         got = unpack({k: v[None] for k, v in arrays.items()})
         return jax.tree.unflatten(treedef, [x.reshape(s) for x, s in zip(got, shapes)])
 
-    return flat, unravel
+    return ravel, unravel
+
+
+def ravel_by_dtype(tree: Any) -> tuple[dict[str, jax.Array], Callable[[dict], Any]]:
+    """``tree`` flattened by :func:`raveling`, and its unravel."""
+    ravel, unravel = raveling(tree)
+    return ravel(tree), unravel
 
 
 class HostActors:
@@ -173,19 +184,30 @@ class HostActors:
             action, carry, extras = agent.act(acting, carry, obs, None, noise_t)
             return action, carry, extras, to_env_action(spec, agent.env_action(action))
 
+        # a step's inputs and outputs go one array per dtype: the fixed costs of a call grow
+        # with its buffers (16 parameter arrays in and 3 out: ~45 us a step; packed: ~20 us),
+        # and a step's cost is mostly such fixed overheads. How to pack is known from shapes
+        # before anything is traced.
+        n = self.stop - self.start
+        local_like = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                  self.learner.abstract_state().train)
+        acting_like = jax.eval_shape(agent.acting, local_like)
+        ravel_acting, unravel_acting = raveling(acting_like)
+        ids_like = jax.ShapeDtypeStruct((n,), np.int32)
+        action, _, extras, env_action = jax.eval_shape(
+            act, acting_like, jax.eval_shape(lambda ids: rollout.initial_carries(agent, ids),
+                                             ids_like),
+            jax.ShapeDtypeStruct((n, *spec.obs_shape), np.dtype(spec.obs_dtype)),
+            jax.eval_shape(noise, local_like.key, ids_like), jax.ShapeDtypeStruct((), np.int32))
+        pack_outputs, self._unpack = rollout.packing((action, extras, env_action))
+
         def prepare(local, env_ids):   # once per update: what every step's act reads
-            acting, self._unravel_acting = ravel_by_dtype(agent.acting(local))
-            return acting, noise(local.key, env_ids)
+            return ravel_acting(agent.acting(local)), noise(local.key, env_ids)
 
         def act_packed(acting, carry, obs, noise_all, t):
-            # a step's inputs and outputs go one array per dtype: the fixed costs of a call
-            # grow with its buffers (16 parameter arrays in and 3 out: ~45 us a step; packed:
-            # ~20 us), and a step's cost is mostly such fixed overheads
-            assert self._unravel_acting is not None, "trace _prepare before _act"
-            action, carry, extras, env_action = act(self._unravel_acting(acting), carry, obs,
+            action, carry, extras, env_action = act(unravel_acting(acting), carry, obs,
                                                     noise_all, t)
-            packed, self._unpack = rollout.pack_by_dtype((action, extras, env_action))
-            return packed, carry
+            return pack_outputs((action, extras, env_action)), carry
 
         def reset_carry(carry, initial, done):
             return jax.tree.map(lambda c0, c: jax.vmap(jnp.where)(done, c0, c), initial, carry)
@@ -199,9 +221,7 @@ class HostActors:
         self._noise = jax.jit(noise)
         self._act_shapes = act
         self._prepare = jax.jit(prepare)
-        self._unravel_acting: Callable | None = None   # set when prepare is traced
         self._act = jax.jit(act_packed)
-        self._unpack: Callable | None = None   # set when act_packed is traced (with .leaf)
         self._reset_carry = jax.jit(reset_carry)
         self._eval_act = jax.jit(eval_act)
         self._acting = jax.jit(lambda train: (agent.acting(train), agent.policy_params(train)))
