@@ -195,19 +195,9 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
     mesh, axis = layout.mesh, layout.data_axis
     E, T = sizes.local_envs, agent.steps_per_env
     specs = RunState(layout.train, layout.envs, layout.envs)
-    if spec.state_outside_jax:   # checkpoints leave the actors out; fresh episodes on resume
-        if layout.members:
-            from jaxrl_dist.envs import EnvError
-            raise EnvError(f"{spec.name}: populations do not run environments stepped "
-                           f"outside JAX ({AUTORESETS[spec.autoreset]}) yet; train each seed "
-                           f"as its own run")
-        agent = agent._replace(checkpointed=agent.checkpointed._replace(actors=False))
     host = spec.on_host   # stepped by the host driver (jaxrl_dist.drivers.host)
-    env_inputs, input_specs = EnvInputs(), EnvInputs()
-    inputs = None if host else envs_lib.program_inputs(
-        spec, layout.sharding(layout.envs), E * layout.data_size, settings.eval_episodes)
-    if inputs is not None:   # a pool per device
-        env_inputs, input_specs = EnvInputs(*inputs), EnvInputs(layout.envs, layout.envs)
+    agent, env_inputs, input_specs = _environments(agent, spec, layout, E * layout.data_size,
+                                                   settings.eval_episodes)
 
     def params_of(seed_key):
         return agent.init_params(keys.of_seed(seed_key).params)
@@ -273,20 +263,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
                                 specs),
                            out_shardings=RunState(*map(layout.sharding, specs)))
 
-    once = compile_cache.run_once_options(mesh.devices.flat)
-    compiled_init: dict[Any, Any] = {}
-
-    def init(seed_key: jax.Array, swept: dict[str, jax.Array] | None = None) -> RunState:
-        """``init_program`` compiled as the trainer compiles it (it runs once: the cheaper
-        options of :func:`compile_cache.run_once_options`), once per kind of input."""
-        args = (seed_key, swept or {}, env_inputs.train)
-        kind = (jax.tree.structure(args), tuple(
-            (np.shape(x), x.dtype if hasattr(x, "dtype") else np.result_type(x),
-             getattr(x, "sharding", None))
-            for x in jax.tree.leaves(args)))
-        if kind not in compiled_init:
-            compiled_init[kind] = init_program.lower(*args).compile(once)
-        return compiled_init[kind](*args)
+    init = _compiled_once(init_program, mesh, env_inputs.train)
 
     def update(state: RunState, num_updates: int):
         body = smap(lambda s: update_body(s, num_updates), (specs,), (specs, layout.train))
@@ -324,16 +301,55 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         agent, spec, layout, settings.eval_episodes, settings.eval_deterministic, options,
         input_specs.eval)
 
-    def restored(state: RunState) -> RunState:
-        return state
-    if (agent.new_actors is not None and not agent.checkpointed.actors
-            and agent.checkpointed.data):
-        body = (jax.vmap(agent.new_actors, axis_name=layout.member_vmap_axis)
-                if layout.members else agent.new_actors)
-        cut = jax.jit(smap(body, (layout.envs,), layout.envs), donate_argnums=0)
-
-        def restored(state: RunState) -> RunState:   # noqa: F811
-            return state._replace(data=cut(state.data))
     return Learner(init, update, learn, collect, evaluate, abstract_state, layout, init_program,
-                   agent, specs, {**agent.metrics, SKIPPED: "sum"}, env_inputs, restored,
-                   learn_next)
+                   agent, specs, {**agent.metrics, SKIPPED: "sum"}, env_inputs,
+                   _restored(agent, layout, smap), learn_next)
+
+
+def _environments(agent: Agent, spec: EnvSpec, layout: Layout, num_envs: int,
+                  eval_episodes: int) -> tuple[Agent, EnvInputs, EnvInputs]:
+    """The agent as the programs keep it for ``spec`` (no actors in checkpoints when the
+    environments' state lives outside JAX), and what the programs take besides the state (a
+    pool per device, :func:`envs.program_inputs`) with its partition specs."""
+    if spec.state_outside_jax:   # checkpoints leave the actors out; fresh episodes on resume
+        if layout.members:
+            from jaxrl_dist.envs import EnvError
+            raise EnvError(f"{spec.name}: populations do not run environments stepped "
+                           f"outside JAX ({AUTORESETS[spec.autoreset]}) yet; train each seed "
+                           f"as its own run")
+        agent = agent._replace(checkpointed=agent.checkpointed._replace(actors=False))
+    inputs = None if spec.on_host else envs_lib.program_inputs(
+        spec, layout.sharding(layout.envs), num_envs, eval_episodes)
+    if inputs is None:
+        return agent, EnvInputs(), EnvInputs()
+    return agent, EnvInputs(*inputs), EnvInputs(layout.envs, layout.envs)
+
+
+def _compiled_once(init_program: Any, mesh: Mesh, env_inputs: Any) -> Callable[..., RunState]:
+    """``init_program`` compiled as the trainer compiles it (it runs once: the cheaper options
+    of :func:`compile_cache.run_once_options`), once per kind of input."""
+    once = compile_cache.run_once_options(mesh.devices.flat)
+    compiled: dict[Any, Any] = {}
+
+    def init(seed_key: jax.Array, swept: dict[str, jax.Array] | None = None) -> RunState:
+        args = (seed_key, swept or {}, env_inputs)
+        kind = (jax.tree.structure(args), tuple(
+            (np.shape(x), x.dtype if hasattr(x, "dtype") else np.result_type(x),
+             getattr(x, "sharding", None))
+            for x in jax.tree.leaves(args)))
+        if kind not in compiled:
+            compiled[kind] = init_program.lower(*args).compile(once)
+        return compiled[kind](*args)
+    return init
+
+
+def _restored(agent: Agent, layout: Layout, smap: Callable) -> Callable[[RunState], RunState]:
+    """A restored state -> the state to train from: the learner's ``new_actors`` applied to
+    its data when the actors were rebuilt rather than restored (fresh episodes)."""
+    if (agent.new_actors is None or agent.checkpointed.actors
+            or not agent.checkpointed.data):
+        return lambda state: state
+    body = (jax.vmap(agent.new_actors, axis_name=layout.member_vmap_axis)
+            if layout.members else agent.new_actors)
+    cut = jax.jit(smap(body, (layout.envs,), layout.envs), donate_argnums=0)
+    return lambda state: state._replace(data=cut(state.data))
