@@ -35,6 +35,7 @@ from jax.flatten_util import ravel_pytree
 
 from jaxrl_dist import rollout, running_stats
 from jaxrl_dist.agents import minibatch
+from jaxrl_dist.agents.base import EPISODE_METRICS
 from jaxrl_dist.agents.algorithm import hyperparameters
 from jaxrl_dist.agents.ppo import losses
 from jaxrl_dist.agents.ppo.config import HPARAMS, PPOConfig
@@ -490,7 +491,7 @@ def make_learn_fn(p: PPOConfig, sizes: Sizes, spec: EnvSpec, nets: Networks, axi
 
 
 METRICS = {
-    "episode_return_sum": "sum", "episode_length_sum": "sum", "episodes": "sum",
+    **EPISODE_METRICS,
     **dict.fromkeys(("total_loss", "policy_loss", "value_loss", "entropy", "approx_kl",
                      "clip_fraction", "grad_norm", "explained_variance", "advantage_std",
                      "value_mean", "sgd_steps_fraction", "clip_eps"), "mean"),
