@@ -1,7 +1,7 @@
 """bench collectives: latency of one cross-process all-reduce over jax.distributed + gloo.
 
 The floor under every multi-process SGD step on CPU; measured with each process pinned to its
-own core and unpinned (docs/benchmarks.md explains why 2-process CPU runs are slow).
+own core and unpinned (docs/benchmarks_history.md explains why 2-process CPU runs are slow).
 """
 
 from __future__ import annotations

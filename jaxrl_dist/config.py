@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from jaxrl_dist import agents, typed
 from jaxrl_dist.typed import doc as _doc
-from jaxrl_dist.errors import ConfigError
+from jaxrl_dist.errors import ConfigError, require
 
 import dataclasses
 import typing
@@ -294,44 +294,39 @@ def load(path: str | Path | None, overrides: list[str] = ()) -> Config:
 # Validation
 
 
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
-
-
 def check(config: Config) -> None:
     """Checks that need no device count."""
     c = config
-    _require(c.seed >= 0, f"seed must be >= 0, got {c.seed}")
+    require(c.seed >= 0, f"seed must be >= 0, got {c.seed}")
     for name in ("num_envs", "total_timesteps", "updates_per_call",
                  "keep_checkpoints", "eval_episodes", "max_nonfinite_skips"):
-        _require(getattr(c, name) >= 1, f"{name} must be >= 1, got {getattr(c, name)}")
+        require(getattr(c, name) >= 1, f"{name} must be >= 1, got {getattr(c, name)}")
     for name in ("checkpoint_every", "eval_every", "check_replicas_every", "checkpoint_minutes",
                  "check_replicas_minutes"):
-        _require(getattr(c, name) >= 0, f"{name} must be >= 0 (0 = off), got {getattr(c, name)}")
-    _require(c.matmul_precision in MATMUL_PRECISIONS,
-             f"matmul_precision must be one of {', '.join(MATMUL_PRECISIONS)}, got "
-             f"{c.matmul_precision!r}")
+        require(getattr(c, name) >= 0, f"{name} must be >= 0 (0 = off), got {getattr(c, name)}")
+    require(c.matmul_precision in MATMUL_PRECISIONS,
+            f"matmul_precision must be one of {', '.join(MATMUL_PRECISIONS)}, got "
+            f"{c.matmul_precision!r}")
     algorithm = c.algorithm
     steps = algorithm.steps_per_env(c.agent)
-    _require(c.total_timesteps >= c.num_envs * steps,
-             f"total_timesteps ({c.total_timesteps}) must be at least one update: num_envs x "
-             f"{c.algo}'s steps per environment = {c.num_envs} x {steps} = {c.num_envs * steps}")
+    require(c.total_timesteps >= c.num_envs * steps,
+            f"total_timesteps ({c.total_timesteps}) must be at least one update: num_envs x "
+            f"{c.algo}'s steps per environment = {c.num_envs} x {steps} = {c.num_envs * steps}")
     algorithm.check(c.agent)
     if algorithm.check_run is not None:
         algorithm.check_run(c.agent, c)
-    _require(c.episode_length is None or c.episode_length >= 1,
-             f"episode_length must be >= 1 or null, got {c.episode_length}")
+    require(c.episode_length is None or c.episode_length >= 1,
+            f"episode_length must be >= 1 or null, got {c.episode_length}")
     _check_population(config)
 
 
 def _check_population(config: Config) -> None:
     """Seeds unique, sweep keys sweepable, and every swept value valid for its key."""
     pop = config.population
-    _require(len(set(pop.seeds)) == len(pop.seeds) and all(s >= 0 for s in pop.seeds),
-             f"population.seeds must be distinct integers >= 0, got {list(pop.seeds)}")
-    _require(pop.member_devices is None or pop.member_devices >= 1,
-             f"population.member_devices must be >= 1 or null, got {pop.member_devices}")
+    require(len(set(pop.seeds)) == len(pop.seeds) and all(s >= 0 for s in pop.seeds),
+            f"population.seeds must be distinct integers >= 0, got {list(pop.seeds)}")
+    require(pop.member_devices is None or pop.member_devices >= 1,
+            f"population.member_devices must be >= 1 or null, got {pop.member_devices}")
     base = to_dict(config)
     base.pop("population")
     known = {key for key, _, _ in describe()}
@@ -342,7 +337,7 @@ def _check_population(config: Config) -> None:
                    "one program" if key in known else "is not a config key")
             raise ConfigError(f"population.sweep: '{key}' {why}; sweepable keys of algo "
                               f"{config.algo}: {', '.join(sweepable)}")
-        _require(len(values) >= 1, f"population.sweep.{key}: give at least one value")
+        require(len(values) >= 1, f"population.sweep.{key}: give at least one value")
         for value in values:
             try:
                 check(from_dict(apply_overrides(base, [f"{key}={value}"]), population=False))

@@ -29,6 +29,13 @@ class EnvError(UserError):
     ``jaxrl_dist.envs.EnvError``."""
 
 
+def require(ok: bool, message: str) -> None:
+    """Raise :class:`ConfigError` with ``message`` unless ``ok``: every config check's one
+    line (the run-wide keys, each algorithm's section, the torsos)."""
+    if not ok:
+        raise ConfigError(message)
+
+
 def nearest(word: str, known: Iterable[str], n: int = 3) -> list[str]:
     """The known names closest to a misspelt one, only those about as close as the closest:
     a hint to what was meant, not a list to read."""

@@ -29,11 +29,10 @@ from typing import Any, Callable
 import jax
 import numpy as np
 
-from jaxrl_dist import agents, sharding, typed
+from jaxrl_dist import agents, typed
 from jaxrl_dist.checkpoint import CheckpointError, read_checkpoint
 from jaxrl_dist.envs import EnvSpec
 from jaxrl_dist.errors import UserError
-from jaxrl_dist.sizes import Sizes
 
 
 @dataclass(frozen=True)
@@ -83,33 +82,31 @@ def record(algo: str, section: dict[str, Any], spec: EnvSpec) -> dict[str, Any]:
     return {"algo": algo, "section": section, "env": spec.describe()}
 
 
-def make_agent(policy_record: dict[str, Any]) -> tuple[Any, EnvSpec]:
-    """The learner's :class:`~jaxrl_dist.agents.base.Agent` (for its ``policy`` and
-    ``init_carry``), rebuilt from a checkpoint's record."""
+def make_deployment(policy_record: dict[str, Any]) -> tuple[Any, EnvSpec]:
+    """The learner's ``policy`` and ``init_carry``
+    (:class:`~jaxrl_dist.agents.base.Deployment`), rebuilt from a checkpoint's record by the
+    algorithm's own ``policy`` factory: what its agent deploys, without a run's sizes or mesh."""
     algorithm = agents.get(policy_record["algo"])
     section = typed.build(algorithm.section, policy_record["section"], f"{algorithm.name}.")
     spec = EnvSpec.from_description(policy_record["env"])
-    layout = sharding.make_layout(jax.local_devices()[:1])
-    steps = algorithm.steps_per_env(section)   # sizes only shape the learning programs
-    sizes = Sizes(num_devices=1, local_envs=1, steps_per_env=steps, batch_size=steps,
-                  num_updates=1, updates_per_call=1)
-    return algorithm.agent_factory()(section, sizes, spec, layout), spec
+    return algorithm.policy_factory()(section, spec), spec
 
 
-def feed_forward(agent: Any) -> Callable[..., jax.Array] | None:
-    """``agent.policy`` without a carry, jitted: ``(params, obs, mask) -> action``; None for a
-    recurrent policy (whose actions depend on a state it must be given)."""
-    if jax.tree.leaves(agent.init_carry()):
+def feed_forward(deployed: Any) -> Callable[..., jax.Array] | None:
+    """``deployed.policy`` (a Deployment's or an Agent's) without a carry, jitted:
+    ``(params, obs, mask) -> action``; None for a recurrent policy (whose actions depend on a
+    state it must be given)."""
+    if jax.tree.leaves(deployed.init_carry()):
         return None
-    return jax.jit(lambda params, obs, mask=None: agent.policy(params, (), obs, mask)[0])
+    return jax.jit(lambda params, obs, mask=None: deployed.policy(params, (), obs, mask)[0])
 
 
 def make_policy_fn(policy_record: dict[str, Any]) -> tuple[Callable[..., jax.Array], EnvSpec]:
     """The learner's pure feed-forward ``policy`` function ``(params, obs, mask) -> action``,
     rebuilt from a checkpoint's record (a recurrent policy has none: :func:`load` it and
     step it with ``Policy.act``)."""
-    agent, spec = make_agent(policy_record)
-    fn = feed_forward(agent)
+    deployed, spec = make_deployment(policy_record)
+    fn = feed_forward(deployed)
     if fn is None:
         raise UserError(f"the {policy_record['algo']} policy of this record is recurrent: it has "
                         f"no feed-forward function; load it and use Policy.act(obs, carry)")
@@ -130,6 +127,6 @@ def load(run_dir: str | Path, step: int | None = None, member: int | None = None
             raise CheckpointError(f"{run_dir} holds a population of {members} members: pass "
                                   f"member=0..{members - 1}")
         params = jax.tree.map(lambda x: x[member], params)
-    agent, spec = make_agent(policy_record)
-    return Policy(feed_forward(agent), params, spec, policy_record["algo"], int(meta["updates"]),
-                  jax.jit(agent.policy), agent.init_carry)
+    deployed, spec = make_deployment(policy_record)
+    return Policy(feed_forward(deployed), params, spec, policy_record["algo"],
+                  int(meta["updates"]), jax.jit(deployed.policy), deployed.init_carry)

@@ -97,8 +97,8 @@ def _replace_file(path: Path, text: str, operation: str = "writing") -> None:
 class Background:
     """The host's per-call logging (rows, metrics.jsonl, TensorBoard, progress line) on one
     thread of its own, in call order, so the loop goes back to dispatching at once: on a GPU a
-    population's logging took longer than a call's device work (docs/benchmarks.md). A failed
-    write is raised in the loop at the next ``submit`` or at ``close``."""
+    population's logging took longer than a call's device work (docs/benchmarks_history.md). A
+    failed write is raised in the loop at the next ``submit`` or at ``close``."""
 
     def __init__(self) -> None:
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="jaxrl_dist-log")
@@ -137,7 +137,7 @@ class NullReporter:
 
 # A population's members past this many get no TensorBoard run of their own (metrics.jsonl
 # keeps every member): writing 256 members' events took ~1 s of host time per call, ten times
-# an H100's time for the call's 10 updates, and left the GPU idle (docs/benchmarks.md). The
+# an H100's time for the call's 10 updates, and left the GPU idle (docs/benchmarks_history.md). The
 # main run gets the population's mean, min and max of every metric instead.
 MEMBER_RUNS = 8
 

@@ -1,6 +1,7 @@
 """``python -m jaxrl_dist.export``: every network the trainer builds (feed-forward, and recurrent
 PPO stepping its carry), as ONNX (and StableHLO), acts as ``policy.load`` does; a mismatch writes
-nothing; bad input is one line.
+nothing; bad input is one line. A plug-in algorithm (tests/toy_learner.py) exports through its
+registry record's emitter, and one without an emitter is a one-line error.
 
 Policies are built without training: the learner's own parameter tree with every leaf drawn at
 random (biases, LayerNorm scales and normalisation moments included, so a parameter mapped to
@@ -67,9 +68,9 @@ def make_policy(algo, section, env, seed=0):
         return agent.policy_params(agent.init(key, agent.init_params(key), {})[0])
     params = _random_like(jax.eval_shape(policy_tree, jax.random.PRNGKey(0)), seed)
     record = policy_lib.record(algo, section, spec)
-    agent, spec = policy_lib.make_agent(record)       # as policy_lib.load builds it
-    return policy_lib.Policy(policy_lib.feed_forward(agent), params, spec, algo, 0,
-                             jax.jit(agent.policy), agent.init_carry), record
+    deployed, spec = policy_lib.make_deployment(record)       # as policy_lib.load builds it
+    return policy_lib.Policy(policy_lib.feed_forward(deployed), params, spec, algo, 0,
+                             jax.jit(deployed.policy), deployed.init_carry), record
 
 
 def _policy_actions(policy, obs, mask=None):
@@ -227,12 +228,12 @@ def test_the_example_steps_a_recurrent_policy_on_hidden_velocities(tmp_path):
 def test_a_mismatch_fails_in_one_line_and_writes_nothing(cartpole_run, tmp_path, monkeypatch,
                                                          capsys):
     run_dir, _ = cartpole_run
-    real_dense = graph._dense
+    real_dense = graph.dense
 
-    def off_by_a_bit(g, p, x, prefix):   # the head's bias moved: a wrong graph
-        out = real_dense(g, p, x, prefix)
-        return g.op("Add", out, g.const([0.0, 5.0])) if prefix.endswith("Dense_2") else out
-    monkeypatch.setattr(graph, "_dense", off_by_a_bit)
+    def off_by_a_bit(g, x, path, bias=True):   # the head's bias moved: a wrong graph
+        out = real_dense(g, x, path, bias)
+        return g.op("Add", out, g.const([0.0, 5.0])) if path.endswith("Dense_2") else out
+    monkeypatch.setattr(graph, "dense", off_by_a_bit)
     out = tmp_path / "bad.onnx"
     assert cli.main([str(run_dir), "-o", str(out)]) == 1
     err = capsys.readouterr().err.strip()
@@ -392,8 +393,6 @@ def test_parameters_the_graph_does_not_use_are_refused():
     params = {**policy.params, "GRUCell_0": {"kernel": np.zeros((8, 8), np.float32)}}
     with pytest.raises(ExportError, match="does not map .GRUCell_0/kernel"):
         graph.build_model(record, params, 17)
-    with pytest.raises(ExportError, match="no ONNX exporter for algorithm 'reinforce'"):
-        graph.build_model({**record, "algo": "reinforce"}, params, 17)
 
 
 # ------------------------------------------------------------------- recurrent PPO (GRU, LSTM)
@@ -489,16 +488,64 @@ def test_gru_with_action_masks(tmp_path):
 def test_a_wrong_recurrent_weight_fails_and_writes_nothing(tmp_path, monkeypatch):
     """W_hz 1% off: the first step (h = 0) agrees, the carry after it does not."""
     policy, record = make_policy("ppo", _recurrent("gru"), _env("CartPole-v1", [4], 2))
-    take = graph._Params.take
+    take = graph.Graph.param
 
     def off(self, path):
         value = take(self, path)
         return value * 1.01 if path == "actor/rnn/hz/kernel" else value
-    monkeypatch.setattr(graph._Params, "take", off)
+    monkeypatch.setattr(graph.Graph, "param", off)
     with pytest.raises(parity.ParityError) as info:
         export_policy(policy, record, tmp_path / "bad.onnx")
     message = str(info.value)
     assert info.value.exit_code == 1 and "\n" not in message
     assert "on sampled observations differs from the trained policy at batch 1, step 1 of 6: "\
         "largest |difference|" in message and message.endswith("nothing written")
+    assert list(tmp_path.iterdir()) == []
+
+
+# ------------------------------------------------------- a plug-in algorithm, through its record
+
+@pytest.fixture(scope="module")
+def toy_run(tmp_path_factory):
+    """REINFORCE (tests/toy_learner.py), registered from outside the package by
+    ``JAXRL_DIST_PLUGINS``, trained briefly through the trainer."""
+    from jaxrl_dist.trainer import train
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(agents.PLUGINS_VAR, "toy_learner")
+        config = config_lib.from_dict(dict(
+            algo="reinforce", env="CartPole-v1", seed=1, num_envs=4, total_timesteps=4 * 16 * 4,
+            updates_per_call=4, checkpoint_every=4, checkpoint_minutes=0, eval_episodes=4,
+            compile_cache=None, reinforce=dict(num_steps=16, learning_rate=0.05)))
+        run_dir = tmp_path_factory.mktemp("toy") / "run"
+        summary = train(config, run_dir, devices=jax.devices()[:1], progress=False)
+    assert summary["status"] == "completed"
+    return run_dir
+
+
+def test_a_plugin_algorithm_exports_through_its_emitter(toy_run, monkeypatch, capsys):
+    """The toy learner's record names ``export="toy_learner:emitter"``, written with the
+    builder's public API: the command line writes it after parity on sampled and real
+    observations, and onnxruntime acts as ``policy.load`` does."""
+    monkeypatch.setenv(agents.PLUGINS_VAR, "toy_learner")
+    assert cli.main([str(toy_run)]) == 0
+    assert "parity with the trained policy at batch 1, 2, 7 on sampled and real " \
+        "observations" in capsys.readouterr().out
+    session = _session(toy_run / "policy.onnx")
+    assert session.get_modelmeta().custom_metadata_map["algorithm"] == "reinforce"
+    loaded = policy_lib.load(toy_run)
+    observations = parity.sampled_observations(loaded.spec, 63, seed=13)
+    got = session.run(["actions"], {"obs": observations})[0]
+    np.testing.assert_array_equal(got, _policy_actions(loaded, observations))
+    assert len(set(got.tolist())) > 1
+
+
+def test_an_algorithm_without_an_emitter_is_one_line(toy_run, tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv(agents.PLUGINS_VAR, "toy_learner")
+    toy = agents.get("reinforce")
+    monkeypatch.setitem(agents._REGISTRY, "reinforce", toy._replace(export=""))
+    assert cli.main([str(toy_run), "-o", str(tmp_path / "toy.onnx")]) == 2
+    assert capsys.readouterr().err.strip() == (
+        "error: algorithm 'reinforce' has no ONNX emitter: give its Algorithm record "
+        "export='module:function' (see agents/ppo/export.py)")
     assert list(tmp_path.iterdir()) == []

@@ -2,7 +2,8 @@
 
 It exists to prove the learner seams are real: it plugs in from OUTSIDE the package
 (``JAXRL_DIST_PLUGINS=toy_learner`` with this directory on ``PYTHONPATH``) and runs through the
-trainer, the launcher, checkpoints, populations and the summary, none of which know it.
+trainer, the launcher, checkpoints, populations, the summary, ``policy.load`` and the ONNX
+export, none of which know it.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxrl_dist.agents import Algorithm, register
-from jaxrl_dist.agents.base import EPISODE_METRICS, Agent
+from jaxrl_dist.agents.base import EPISODE_METRICS, Agent, Deployment
 from jaxrl_dist.errors import ConfigError
 from jaxrl_dist.gradients import global_mean_grad
 from jaxrl_dist.rollout import episode_sums
@@ -42,13 +43,34 @@ class TrainState(NamedTuple):
     hparams: Any
 
 
+def logits(params, obs, mask=None):
+    out = obs.reshape(obs.shape[0], -1) @ params["w"] + params["b"]
+    return out if mask is None else jnp.where(mask, out, -1e9)
+
+
+def make_policy(c: ReinforceConfig, spec) -> Deployment:
+    """The greedy policy, from (section, spec) alone: what ``policy.load`` rebuilds."""
+    def policy(params, carry, obs, mask=None):
+        return jnp.argmax(logits(params, obs, mask), -1), carry
+    return Deployment(policy, tuple)
+
+
+def emitter(c: ReinforceConfig, spec):
+    """The same greedy policy as ONNX, with the exporter's builder (imported here: onnx only
+    when exporting)."""
+    from jaxrl_dist.export import graph
+
+    def emit(g, x, mask, carry):
+        if len(spec.obs_shape) != 1:
+            x = g.op("Flatten", x, axis=1)
+        out = g.op("Add", g.op("MatMul", x, g.const(g.param("w"))), g.const(g.param("b")))
+        return graph.argmax(g, out, mask), []
+    return graph.Emitter(emit)
+
+
 def make_agent(c: ReinforceConfig, sizes, spec, layout) -> Agent:
     axis, num_actions = layout.data_axis, spec.action_dim
     obs_size = int(jnp.prod(jnp.array(spec.obs_shape)))
-
-    def logits(params, obs, mask=None):
-        out = obs.reshape(obs.shape[0], -1) @ params["w"] + params["b"]
-        return out if mask is None else jnp.where(mask, out, -1e9)
 
     def init_params(key):
         return {"w": 0.01 * jax.random.normal(key, (obs_size, num_actions)),
@@ -86,17 +108,15 @@ def make_agent(c: ReinforceConfig, sizes, spec, layout) -> Agent:
         return TrainState(optax.apply_updates(train.params, updates), opt_state, train.key,
                           train.update + 1, train.hparams), data, metrics
 
-    def policy(params, carry, obs, mask=None):
-        return jnp.argmax(logits(params, obs, mask), -1), carry
-
-    return Agent(init_params=init_params, init=init, init_carry=tuple,
+    return Agent(**make_policy(c, spec)._asdict(), init_params=init_params, init=init,
                  acting=lambda train: train.params,
                  noise=lambda key, t: jax.random.gumbel(key, (t, num_actions)),
-                 act=act, env_action=lambda a: a, learn=learn, policy=policy,
+                 act=act, env_action=lambda a: a, learn=learn,
                  policy_params=lambda train: train.params,
                  metrics={**EPISODE_METRICS, "loss": "mean"}, steps_per_env=c.num_steps)
 
 
 register(Algorithm(name="reinforce", section=ReinforceConfig, check=check,
                    sweepable=("reinforce.learning_rate",), steps_per_env=lambda c: c.num_steps,
-                   make="toy_learner:make_agent", doc="REINFORCE, linear policy (tests only)"))
+                   make="toy_learner:make_agent", policy="toy_learner:make_policy",
+                   export="toy_learner:emitter", doc="REINFORCE, linear policy (tests only)"))

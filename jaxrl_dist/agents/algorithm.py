@@ -18,14 +18,33 @@ class Algorithm(NamedTuple):
     steps_per_env: Callable[[Any], int]     # env steps per environment per update
     make: str                               # "module:function": (section, sizes, spec,
                                             #   layout) -> Agent, imported when a run starts
+    policy: str                             # "module:function": (section, spec) ->
+                                            #   agents.base.Deployment, the Agent's policy
+                                            #   without a run's sizes or mesh (policy.load)
     doc: str = ""
     check_run: Callable[[Any, Any], None] | None = None   # (section, whole Config): checks
                                                            #   that need the run's sizes
+    export: str = ""                        # "module:function": (section, spec) ->
+                                            #   export.graph.Emitter, the ONNX form of
+                                            #   ``policy``; "" when it has none
 
     def agent_factory(self) -> Callable[..., Any]:
         """The ``make`` function, imported now (it imports jax)."""
-        module, _, function = self.make.partition(":")
-        return getattr(importlib.import_module(module), function)
+        return _resolve(self.make)
+
+    def policy_factory(self) -> Callable[..., Any]:
+        """The ``policy`` function, imported now (it imports jax)."""
+        return _resolve(self.policy)
+
+    def emitter_factory(self) -> Callable[..., Any] | None:
+        """The ``export`` function, imported now (it imports onnx); None without one."""
+        return _resolve(self.export) if self.export else None
+
+
+def _resolve(target: str) -> Callable[..., Any]:
+    """A record's ``"module:function"``, imported: lazily, so the registry stays jax-free."""
+    module, _, function = target.partition(":")
+    return getattr(importlib.import_module(module), function)
 
 
 def sweep_keys(section: str, names: Sequence[str]) -> tuple[str, ...]:

@@ -69,6 +69,16 @@ class Agent(NamedTuple):
     #   new games): a learner whose data holds unfinished trajectories ends them there
 
 
+class Deployment(NamedTuple):
+    """What running a trained policy needs of its algorithm: :class:`Agent`'s fields of the
+    same names, built from the config section and the env spec alone (the record's ``policy``
+    factory), so a run directory rebuilds them without the run's sizes or mesh. An agent
+    factory builds its own from the same function, so the two cannot drift."""
+
+    policy: Callable[..., tuple[jax.Array, Any]]   # as Agent.policy
+    init_carry: Callable[[], Any]                  # as Agent.init_carry
+
+
 def check_aggregations(agent: Agent) -> None:
     """Raise if the agent declares a metric aggregation the reporting does not know."""
     bad = {k: v for k, v in agent.metrics.items() if v not in AGGREGATIONS}

@@ -16,7 +16,7 @@ channels as batch, the batch as features, the output gradient as the kernel, the
 kernel dilation), which stays on XLA's fast path. Measured on this 2-core AMD EPYC (a scan of
 double-DQN gradient steps, forward+backward, one core / both): Nature DQN at batch 32, 42 -> 36
 ms on one core; at batch 64 on both, 71 -> 53 ms; DI-engine's Pong network (128/128/512
-channels) at batch 32, 425 -> 270 ms on one core (docs/benchmarks.md). Same sums in another
+channels) at batch 32, 425 -> 270 ms on one core (docs/benchmarks_history.md). Same sums in another
 order: results move by float rounding.
 
 Passed to ``flax.linen.Conv`` as its ``conv_general_dilated``; other convolutions (dilated,

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-from jaxrl_dist.errors import ConfigError, EnvError
+from jaxrl_dist.errors import EnvError, require
 
 TORSOS = ("auto", "mlp", "cnn")   # the network sections' ``torso`` values
 
@@ -41,24 +41,19 @@ def input_scale(obs_dtype: str) -> float:
     return 1.0 / 255.0 if obs_dtype == "uint8" else 1.0
 
 
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
-
-
 def check_torso(n: Any, prefix: str) -> None:
     """The torso's keys (torso, cnn_channels, cnn_kernels, cnn_strides), any network section."""
-    _require(n.torso in TORSOS, f"{prefix}.network.torso must be one of {', '.join(TORSOS)}, "
-             f"got {n.torso!r}")
+    require(n.torso in TORSOS, f"{prefix}.network.torso must be one of {', '.join(TORSOS)}, "
+            f"got {n.torso!r}")
     for name in ("cnn_channels", "cnn_kernels", "cnn_strides"):
         sizes = getattr(n, name)
-        _require(all(isinstance(s, int) and s >= 1 for s in sizes),
-                 f"{prefix}.network.{name} must be integers >= 1, got {list(sizes)}")
+        require(all(isinstance(s, int) and s >= 1 for s in sizes),
+                f"{prefix}.network.{name} must be integers >= 1, got {list(sizes)}")
     for name in ("cnn_kernels", "cnn_strides"):
         sizes = getattr(n, name)
-        _require(not sizes or len(sizes) == len(n.cnn_channels),
-                 f"{prefix}.network.{name} needs one entry per conv layer "
+        require(not sizes or len(sizes) == len(n.cnn_channels),
+                f"{prefix}.network.{name} needs one entry per conv layer "
                 f"({len(n.cnn_channels)} in cnn_channels), got {list(sizes)}")
-    _require(not n.cnn_strides or n.cnn_kernels,
-             f"{prefix}.network.cnn_strides needs cnn_kernels (without them convs are 3x3, "
-             f"stride 1)")
+    require(not n.cnn_strides or n.cnn_kernels,
+            f"{prefix}.network.cnn_strides needs cnn_kernels (without them convs are 3x3, "
+            f"stride 1)")

@@ -8,9 +8,9 @@ beside it, both proven at export time to act as :func:`jaxrl_dist.policy.load` d
   ``actions`` in the environment's units: int32 [batch] for discrete actions (the argmax,
   masked), float32 [batch, A] for continuous ones (the Gaussian mean, tanh-squashed if trained
   so, clipped to the bounds). Observation normalisation is inside the graph.
-* a recurrent PPO policy (``ppo.network.cell: gru | lstm``) is one step: also inputs ``h_in``
-  (GRU) or ``c_in``, ``h_in`` (LSTM), float32 [batch, cell_size], and outputs ``h_out`` (and
-  ``c_out``), the carry to feed to the next step; zeros at an episode's start.
+* a recurrent policy (e.g. a GRU or LSTM cell) is one step: also an input ``{name}_in`` and an
+  output ``{name}_out`` per carry tensor (``h``; ``c``, ``h`` for an LSTM), float32
+  [batch, size], the carry to feed to the next step; zeros at an episode's start.
 * metadata_props: ``env_id``, ``algorithm``, ``config_hash``, ``jaxrl_dist_version``,
   ``checkpoint_step`` (and ``member``), ``observation_space`` and ``action_space`` (JSON);
   ``carry`` (JSON: names, shapes, initial value) for a recurrent policy;
@@ -21,11 +21,12 @@ beside it, both proven at export time to act as :func:`jaxrl_dist.policy.load` d
   within 1e-5. A mismatch ends with one line naming the largest difference, exit 1, and writes
   nothing.
 
-PPO (feed-forward or recurrent: GRU, LSTM), DQN and PQN (MLP and CNN torsos, LayerNorm,
-dueling heads).
+Every algorithm whose registry record names an emitter (``Algorithm(export="module:function")``,
+beside its networks) exports; one without is a one-line error naming what to implement.
 Default opset 17 (``LayerNormalization``); 11 to 16 spell LayerNorm out in primitive ops. The
-graph is written with the ``onnx`` package from the learner's layers (:mod:`.graph`): jax2onnx
-0.17.1 conflicts with our orbax pin, and tf2onnx does not convert current jax2tf output.
+graph is written with the ``onnx`` package by the algorithm's emitter from the op builder
+(:mod:`.graph`): jax2onnx 0.17.1 conflicts with our orbax pin, and tf2onnx does not convert
+current jax2tf output.
 Needs ``pip install 'jaxrl_dist[export]'`` (onnx, onnxruntime). The reference runs on the CPU
 (``JAX_PLATFORMS=cpu`` unless set), so the StableHLO file is lowered for CPUs.
 

@@ -1,26 +1,27 @@
-"""A policy as an ONNX graph, written layer by layer with ``onnx.helper``.
+"""A policy as an ONNX graph, written op by op with ``onnx.helper``: the builder every
+algorithm's emitter calls, and the model around what it emits.
 
-The graph is rebuilt from what a checkpoint records (the algorithm, its config section, the
-observation and action specs) and the policy's parameter pytree, layer for layer as the
-learner's flax modules compute it: PPO's actor (``agents/ppo/networks.py``: observation
-normalisation, the input scale, ``MLP``, the categorical's masked argmax or the Gaussian mean,
-tanh-squashed and clipped to the bounds) and the Q-network of DQN and PQN
-(``agents/qnet/networks.py``: LayerNorm, a dueling head, the greedy argmax). A recurrent PPO
-actor (``ppo.network.cell: gru | lstm``, ``RecurrentMLP``) is one step of it: the carry is an
-input and the next carry an output (:func:`carry_layout`). Convolutions are
-ONNX ``Conv`` in NCHW, whatever the trainer's CPU path computes them with (``agents.conv``:
-im2col), with the padding flax derives for SAME or VALID. Every parameter must be used: a tree
-with leaves this module does not map (a plug-in's network) is refused, not exported half.
+No algorithm is named here. An algorithm that exports names an emitter in its registry record
+(``Algorithm(export="module:function")``, imported when an export starts, as ``make`` is when
+a run starts): ``(section, spec) -> Emitter``, living beside the networks it mirrors
+(``agents/ppo/export.py``, ``agents/qnet/export.py``). It writes the graph of the record's
+``policy`` layer for layer from the checkpoint's parameter tree with this module's public
+helpers: :class:`Graph` (ops, constants, and the parameters, each handed out once),
+:func:`dense`, :func:`mlp`, :func:`layer_norm`, :func:`activation`, :func:`conv_torso`,
+:func:`scale_input`, :func:`normalize_observations`, the cells :func:`gru` and :func:`lstm`,
+:func:`argmax`, :func:`clip_to_bounds`. :func:`build_model` adds the inputs, outputs and
+metadata, and refuses a tree with parameters the emitter did not use: never half a network.
 
-Opset 17 and later write ``LayerNormalization``; opset 11 to 16 the same statistics from
-primitive ops, as flax computes them (``E[x^2] - E[x]^2``, clamped at 0).
+Convolutions are ONNX ``Conv`` in NCHW, whatever the trainer's CPU path computes them with
+(``agents.conv``: im2col), with the padding flax derives for SAME or VALID. Opset 17 and later
+write ``LayerNormalization``; opset 11 to 16 the same statistics from primitive ops, as flax
+computes them (``E[x^2] - E[x]^2``, clamped at 0).
 """
 
 from __future__ import annotations
 
-import itertools
 import json
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple, Sequence
 
 import numpy as np
 import onnx
@@ -28,8 +29,7 @@ from jax import lax
 from onnx import TensorProto, helper, numpy_helper
 
 from jaxrl_dist import agents, typed
-from jaxrl_dist.agents.ppo.networks import tanh_bounds
-from jaxrl_dist.agents.torso import conv_torso, input_scale
+from jaxrl_dist.agents.torso import input_scale
 from jaxrl_dist.distributions import MASKED_LOGIT
 from jaxrl_dist.envs import EnvSpec
 from jaxrl_dist.errors import UserError
@@ -45,11 +45,22 @@ class ExportError(UserError):
     """A policy this exporter cannot write, or bad export input: one line for the user."""
 
 
-class _Graph:
-    """Nodes and initialisers of one graph, with fresh names; ``op`` returns the output name."""
+class Graph:
+    """The nodes and initialisers of one graph, with fresh names (``op`` returns its output's
+    name), and the policy's parameter tree as ``{"a/b/kernel": array}``: ``param`` hands each
+    out once, so ``unused`` names whatever the emitter did not map."""
 
-    def __init__(self, opset: int):
+    def __init__(self, opset: int, params: Any):
         self.opset, self.nodes, self.inits, self._count = opset, [], [], 0
+        self.params: dict[str, np.ndarray] = {}
+
+        def walk(prefix: str, node: Any) -> None:
+            if isinstance(node, dict):
+                for key, child in node.items():
+                    walk(f"{prefix}/{key}" if prefix else str(key), child)
+            else:
+                self.params[prefix] = np.asarray(node, np.float32)
+        walk("", params)
 
     def name(self, hint: str) -> str:
         self._count += 1
@@ -70,41 +81,27 @@ class _Graph:
             return self.op("ReduceMean", x, self.const([axis], "axes", np.int64), keepdims=1)
         return self.op("ReduceMean", x, axes=[axis], keepdims=1)
 
-
-class _Params:
-    """The parameter pytree as ``{"a/b/kernel": array}``; ``take`` hands each out once, so
-    ``left`` names whatever the graph did not use."""
-
-    def __init__(self, tree: Any):
-        self.flat: dict[str, np.ndarray] = {}
-
-        def walk(prefix: str, node: Any) -> None:
-            if isinstance(node, dict):
-                for key, child in node.items():
-                    walk(f"{prefix}/{key}" if prefix else str(key), child)
-            else:
-                self.flat[prefix] = np.asarray(node, np.float32)
-        walk("", tree)
-
-    def take(self, path: str) -> np.ndarray:
-        if path not in self.flat:
+    def param(self, path: str) -> np.ndarray:
+        """The parameter at ``path`` (``"actor/Dense_0/kernel"``), taken out of the tree."""
+        if path not in self.params:
             raise ExportError(f"the policy's parameters have no {path!r} (found "
-                              f"{', '.join(sorted(self.flat))}): not a network this exporter "
-                              f"maps")
-        return self.flat.pop(path)
+                              f"{', '.join(sorted(self.params))}): not a network this "
+                              f"exporter maps")
+        return self.params.pop(path)
 
-    def left(self) -> list[str]:
-        return sorted(self.flat)
-
-
-def _dense(g: _Graph, p: _Params, x: str, prefix: str) -> str:
-    kernel, bias = p.take(f"{prefix}/kernel"), p.take(f"{prefix}/bias")
-    return g.op("Add", g.op("MatMul", x, g.const(kernel, "kernel")), g.const(bias, "bias"))
+    def unused(self) -> list[str]:
+        return sorted(self.params)
 
 
-def _layer_norm(g: _Graph, p: _Params, x: str, prefix: str) -> str:
+def dense(g: Graph, x: str, path: str, bias: bool = True) -> str:
+    """flax ``Dense`` ``path``: x @ kernel (+ bias; a cell's bias-free projections without)."""
+    y = g.op("MatMul", x, g.const(g.param(f"{path}/kernel"), "kernel"))
+    return g.op("Add", y, g.const(g.param(f"{path}/bias"), "bias")) if bias else y
+
+
+def layer_norm(g: Graph, x: str, path: str) -> str:
     """flax's LayerNorm over the last axis: (x - mean) * (rsqrt(var + eps) * scale) + bias."""
-    scale, bias = g.const(p.take(f"{prefix}/scale"), "scale"), g.const(p.take(f"{prefix}/bias"),
+    scale, bias = g.const(g.param(f"{path}/scale"), "scale"), g.const(g.param(f"{path}/bias"),
                                                                       "bias")
     if g.opset >= LAYER_NORM_OPSET:
         return g.op("LayerNormalization", x, scale, bias, axis=-1, epsilon=LAYER_NORM_EPS)
@@ -115,7 +112,7 @@ def _layer_norm(g: _Graph, p: _Params, x: str, prefix: str) -> str:
     return g.op("Add", g.op("Mul", g.op("Sub", x, mean), g.op("Mul", inv, scale)), bias)
 
 
-def _activation(g: _Graph, x: str, name: str) -> str:
+def activation(g: Graph, x: str, name: str) -> str:
     """The configs' activations as jax.nn computes them (gelu: its tanh approximation)."""
     if name == "relu":
         return g.op("Relu", x)
@@ -133,17 +130,28 @@ def _activation(g: _Graph, x: str, name: str) -> str:
     raise ExportError(f"activation {name!r} has no ONNX form here")
 
 
-def _torso(g: _Graph, p: _Params, x: str, prefix: str, convs: tuple[dict, ...],
-           obs_shape: tuple[int, ...], after_conv: Callable[[str], str]) -> str:
-    """[N, H, W, C] through ``convs`` (flax ``nn.Conv`` arguments, agents.torso; parameters
-    ``{prefix}{i}``), each followed by ``after_conv`` on NHWC values, then flattened in flax's
-    (H, W, C) order."""
+def mlp(g: Graph, x: str, paths: Sequence[str], act: str,
+        after_dense: Callable[[str], str] | None = None) -> str:
+    """Hidden layers: ``act(after_dense(dense(x)))`` for each ``Dense`` in ``paths``
+    (``after_dense``: e.g. a LayerNorm; none by default)."""
+    for path in paths:
+        y = dense(g, x, path)
+        x = activation(g, after_dense(y) if after_dense is not None else y, act)
+    return x
+
+
+def conv_torso(g: Graph, x: str, prefix: str, convs: Sequence[dict],
+               obs_shape: Sequence[int], after_conv: Callable[[str], str]) -> str:
+    """[N, H, W, C] through ``convs`` (flax ``nn.Conv`` arguments, ``agents.torso``;
+    parameters ``{prefix}{i}``), each followed by ``after_conv`` on NHWC values, then
+    flattened in flax's (H, W, C) order; without convs, observations of more than one axis
+    are flattened."""
     if not convs:
         return g.op("Flatten", x, axis=1) if len(obs_shape) != 1 else x
     size = np.asarray(obs_shape[:2])
     for i, layer in enumerate(convs):
-        kernel = p.take(f"{prefix}{i}/kernel")                         # HWIO
-        bias = p.take(f"{prefix}{i}/bias")
+        kernel = g.param(f"{prefix}{i}/kernel")                         # HWIO
+        bias = g.param(f"{prefix}{i}/bias")
         strides = tuple(layer.get("strides", (1, 1)))
         pads = lax.padtype_to_pads(tuple(size), kernel.shape[:2], strides, layer["padding"])
         nchw = g.op("Transpose", x, perm=[0, 3, 1, 2])
@@ -156,14 +164,30 @@ def _torso(g: _Graph, p: _Params, x: str, prefix: str, convs: tuple[dict, ...],
     return g.op("Flatten", x, axis=1)
 
 
-def _argmax(g: _Graph, scores: str, mask: str | None) -> str:
+def scale_input(g: Graph, x: str, obs_dtype: str) -> str:
+    """``agents.torso.input_scale``: uint8 frames times 1/255, other inputs as they are."""
+    scale = input_scale(obs_dtype)
+    return g.op("Mul", x, g.const(scale, "scale")) if scale != 1.0 else x
+
+
+def normalize_observations(g: Graph, x: str, path: str) -> str:
+    """``running_stats.normalize`` by the moments ``{path}/mean`` and ``{path}/var``:
+    (x - mean) / sqrt(var + 1e-8), clipped to +-10."""
+    mean = g.const(g.param(f"{path}/mean"), "obs_mean")
+    std = g.op("Sqrt", g.op("Add", g.const(g.param(f"{path}/var"), "obs_var"),
+                            g.const(OBS_NORM_EPS)))
+    return g.op("Clip", g.op("Div", g.op("Sub", x, mean), std),
+                g.const(-OBS_NORM_CLIP), g.const(OBS_NORM_CLIP))
+
+
+def argmax(g: Graph, scores: str, mask: str | None) -> str:
     """The first maximal legal action, as int32 (jnp.argmax's dtype)."""
     if mask is not None:
         scores = g.op("Where", mask, scores, g.const(MASKED_LOGIT, "masked"))
     return g.op("Cast", g.op("ArgMax", scores, axis=-1, keepdims=0), to=TensorProto.INT32)
 
 
-def _clip_to_bounds(g: _Graph, x: str, spec: EnvSpec) -> str:
+def clip_to_bounds(g: Graph, x: str, spec: EnvSpec) -> str:
     """envs.to_env_action: continuous actions clipped to the space's bounds."""
     if spec.action_low is not None:
         x = g.op("Max", x, g.const(spec.action_low, "low"))
@@ -179,14 +203,7 @@ def _clip_to_bounds(g: _Graph, x: str, spec: EnvSpec) -> str:
 # a sequence axis), and a primitive graph mirrors flax's equations term by term, which the
 # parity check then proves.
 
-def _matmul(g: _Graph, p: _Params, x: str, path: str, bias: bool) -> str:
-    """flax ``Dense`` (or ``DenseParams``) ``path``: x @ kernel (+ bias when it has one)."""
-    y = g.op("MatMul", x, g.const(p.take(f"{path}/kernel"), "kernel"))
-    return g.op("Add", y, g.const(p.take(f"{path}/bias"), "bias")) if bias else y
-
-
-def _gru(g: _Graph, p: _Params, x: str, carry: list[str], prefix: str
-         ) -> tuple[str, list[str]]:
+def gru(g: Graph, x: str, carry: list[str], prefix: str) -> tuple[str, list[str]]:
     """flax.linen.GRUCell (``{prefix}ir``, ``iz``, ``in`` with biases, ``hr``, ``hz`` without,
     ``hn`` with one; the reset gate multiplies W_hn h + b_hn)::
 
@@ -196,18 +213,17 @@ def _gru(g: _Graph, p: _Params, x: str, carry: list[str], prefix: str
         h' = (1 - z) * n + z * h                    (output and carry: h')
     """
     h, = carry
-    r = g.op("Sigmoid", g.op("Add", _matmul(g, p, x, f"{prefix}ir", True),
-                             _matmul(g, p, h, f"{prefix}hr", False)))
-    z = g.op("Sigmoid", g.op("Add", _matmul(g, p, x, f"{prefix}iz", True),
-                             _matmul(g, p, h, f"{prefix}hz", False)))
-    n = g.op("Tanh", g.op("Add", _matmul(g, p, x, f"{prefix}in", True),
-                          g.op("Mul", r, _matmul(g, p, h, f"{prefix}hn", True))))
+    r = g.op("Sigmoid", g.op("Add", dense(g, x, f"{prefix}ir"),
+                             dense(g, h, f"{prefix}hr", bias=False)))
+    z = g.op("Sigmoid", g.op("Add", dense(g, x, f"{prefix}iz"),
+                             dense(g, h, f"{prefix}hz", bias=False)))
+    n = g.op("Tanh", g.op("Add", dense(g, x, f"{prefix}in"),
+                          g.op("Mul", r, dense(g, h, f"{prefix}hn"))))
     new_h = g.op("Add", g.op("Mul", g.op("Sub", g.const(1.0, "one"), z), n), g.op("Mul", z, h))
     return new_h, [new_h]
 
 
-def _lstm(g: _Graph, p: _Params, x: str, carry: list[str], prefix: str
-          ) -> tuple[str, list[str]]:
+def lstm(g: Graph, x: str, carry: list[str], prefix: str) -> tuple[str, list[str]]:
     """flax.linen.OptimizedLSTMCell, carry (c, h) (``{prefix}ii``, ``if``, ``ig``, ``io``
     without biases, ``hi``, ``hf``, ``hg``, ``ho`` with them)::
 
@@ -217,8 +233,8 @@ def _lstm(g: _Graph, p: _Params, x: str, carry: list[str], prefix: str
     c, h = carry
 
     def gate(name: str, fn: str) -> str:
-        return g.op(fn, g.op("Add", _matmul(g, p, h, f"{prefix}h{name}", True),
-                             _matmul(g, p, x, f"{prefix}i{name}", False)))
+        return g.op(fn, g.op("Add", dense(g, h, f"{prefix}h{name}"),
+                             dense(g, x, f"{prefix}i{name}", bias=False)))
     i, f, cand, o = (gate("i", "Sigmoid"), gate("f", "Sigmoid"), gate("g", "Tanh"),
                      gate("o", "Sigmoid"))
     new_c = g.op("Add", g.op("Mul", f, c), g.op("Mul", i, cand))
@@ -226,97 +242,42 @@ def _lstm(g: _Graph, p: _Params, x: str, carry: list[str], prefix: str
     return new_h, [new_c, new_h]
 
 
-CELLS = {"gru": (_gru, ("h",)), "lstm": (_lstm, ("c", "h"))}   # carry leaves, in flax's order
+# flax's cells by name: the step, and the carry's leaves in flax's order
+CELLS = {"gru": (gru, ("h",)), "lstm": (lstm, ("c", "h"))}
+
+
+class Emitter(NamedTuple):
+    """What an algorithm's ``export`` factory returns for a (section, spec): the graph of its
+    ``policy``, one step of it for a recurrent policy."""
+
+    emit: Callable[..., tuple[str, list[str]]]
+    #   (g: Graph, obs: float32 [batch, *obs], mask: bool [batch, A] | None, carry: [name of
+    #   each carry input]) -> (actions in the environment's units, [next carry, same order])
+    carry: tuple[tuple[str, int], ...] = ()
+    #   the policy's carry as (name, size) per leaf, in ``jax.tree.leaves`` order of its
+    #   ``init_carry()``; () for a feed-forward policy
+
+
+def emitter(record: dict[str, Any]) -> Emitter:
+    """The emitter of a checkpoint's policy (``meta["policy"]``: algorithm, section, env),
+    from the algorithm's registry record."""
+    algo = record["algo"]
+    algorithm = agents.get(algo)
+    make = algorithm.emitter_factory()
+    if make is None:
+        raise ExportError(f"algorithm '{algo}' has no ONNX emitter: give its Algorithm record "
+                          f"export='module:function' (see agents/ppo/export.py)")
+    section = typed.build(algorithm.section, record["section"], f"{algo}.")
+    return make(section, EnvSpec.from_description(record["env"]))
 
 
 def carry_layout(record: dict[str, Any]) -> list[tuple[str, int]]:
-    """The policy's carry as ``[(name, size)]`` in the order of its leaves (``Policy``'s carry
-    flattened by ``jax.tree.leaves``): ``[("h", H)]`` for a GRU, ``[("c", H), ("h", H)]`` for an
-    LSTM (flax's (c, h)), ``[]`` for a feed-forward policy. The ONNX inputs are ``{name}_in``
-    [batch, size], the outputs ``{name}_out``."""
-    if record["algo"] != "ppo":
-        return []
-    net = typed.build(agents.get("ppo").section, record["section"], "ppo.").network
-    cell = getattr(net, "cell", "none")
-    if cell == "none":
-        return []
-    if cell not in CELLS:
-        raise ExportError(f"ppo.network.cell={cell} has no ONNX form here "
-                          f"(exportable: none, {', '.join(CELLS)})")
-    return [(name, int(net.cell_size)) for name in CELLS[cell][1]]
+    """The policy's carry as ``[(name, size)]`` in the order of its leaves (``[]``
+    feed-forward): the ONNX inputs are ``{name}_in`` [batch, size], the outputs
+    ``{name}_out``."""
+    return list(emitter(record).carry)
 
 
-def _ppo(g: _Graph, p: _Params, section: Any, spec: EnvSpec, x: str, mask: str | None,
-         carry: list[str]) -> tuple[str, list[str]]:
-    """PPO's deployed policy (agents/ppo/learner.py ``policy``): the actor's mode on normalised
-    observations, then the environment's action; a recurrent actor (``RecurrentMLP``: the
-    torso, the cell, the head) also returns its next carry."""
-    net = section.network
-    cell = getattr(net, "cell", "none")
-    if section.normalize_observations:       # update.normalize_obs -> running_stats.normalize
-        mean = g.const(p.take("obs_moments/mean"), "obs_mean")
-        std = g.op("Sqrt", g.op("Add", g.const(p.take("obs_moments/var"), "obs_var"),
-                                g.const(OBS_NORM_EPS)))
-        x = g.op("Clip", g.op("Div", g.op("Sub", x, mean), std),
-                 g.const(-OBS_NORM_CLIP), g.const(OBS_NORM_CLIP))
-    else:                                    # stored, unused
-        for name in ("mean", "var"):
-            p.take(f"obs_moments/{name}")
-    scale = input_scale(spec.obs_dtype)
-    if scale != 1.0:
-        x = g.op("Mul", x, g.const(scale, "scale"))
-    if cell == "none":                       # MLP: compact names
-        conv, dense, head = "actor/MLP_0/Conv_", "actor/MLP_0/Dense_", \
-            f"actor/MLP_0/Dense_{len(net.actor_hidden)}"
-    else:                                    # RecurrentMLP: setup() attribute names
-        conv, dense, head = "actor/convs_", "actor/dense_", "actor/out"
-    x = _torso(g, p, x, conv, conv_torso(net, spec.obs_shape), spec.obs_shape,
-               lambda y: g.op("Relu", y))
-    for i, _ in enumerate(net.actor_hidden):
-        x = _activation(g, _dense(g, p, x, f"{dense}{i}"), net.activation)
-    next_carry: list[str] = []
-    if cell != "none":
-        x, next_carry = CELLS[cell][0](g, p, x, carry, "actor/rnn/")
-    out = _dense(g, p, x, head)
-    if not spec.continuous:
-        return _argmax(g, out, mask), next_carry
-    p.take("actor/log_std")                  # the mode does not depend on it
-    bounds = tanh_bounds(net, spec)
-    if bounds is not None:                   # DiagGaussian.env_action: low + (tanh u + 1) h
-        low, high = (np.asarray(b, np.float32) for b in bounds)
-        half = np.float32(0.5) * (high - low)
-        out = g.op("Add", g.const(low, "low"),
-                   g.op("Mul", g.op("Add", g.op("Tanh", out), g.const(1.0)), g.const(half)))
-    return _clip_to_bounds(g, out, spec), next_carry
-
-
-def _q_network(g: _Graph, p: _Params, section: Any, spec: EnvSpec, x: str,
-               mask: str | None, carry: list[str]) -> tuple[str, list[str]]:
-    """DQN's and PQN's greedy policy (agents/qnet/networks.py ``QNetwork``, ``greedy``)."""
-    net = section.network
-    norms = itertools.count()   # flax numbers LayerNorm_i in creation order: convs first
-
-    def norm(y: str) -> str:
-        return _layer_norm(g, p, y, f"LayerNorm_{next(norms)}") if net.layer_norm else y
-
-    scale = input_scale(spec.obs_dtype)
-    if scale != 1.0:
-        x = g.op("Mul", x, g.const(scale, "scale"))
-    x = _torso(g, p, x, "Conv_", conv_torso(net, spec.obs_shape), spec.obs_shape,
-               lambda y: g.op("Relu", norm(y)))
-    for i, _ in enumerate(net.hidden):
-        x = _activation(g, norm(_dense(g, p, x, f"Dense_{i}")), net.activation)
-    head = len(net.hidden)
-    if not net.dueling:
-        q = _dense(g, p, x, f"Dense_{head}")
-    else:   # value + advantage - mean(advantage)
-        value = _dense(g, p, x, f"Dense_{head}")
-        advantage = _dense(g, p, x, f"Dense_{head + 1}")
-        q = g.op("Sub", g.op("Add", value, advantage), g.reduce_mean(advantage, -1))
-    return _argmax(g, q, mask), []
-
-
-EMITTERS = {"ppo": _ppo, "dqn": _q_network, "pqn": _q_network}
 OBS_TYPES = {"float32": TensorProto.FLOAT, "uint8": TensorProto.UINT8}
 
 
@@ -329,22 +290,17 @@ def build_model(record: dict[str, Any], params: Any, opset: int,
     with action masks, ``mask`` [batch, A] (bool); output ``actions``: int32 [batch] for
     discrete actions, float32 [batch, A] for continuous ones, in the environment's units. A
     recurrent policy is one step: also inputs ``{name}_in`` and outputs ``{name}_out``, float32
-    [batch, size], for each entry of :func:`carry_layout` (``h`` for a GRU; ``c``, ``h`` for an
+    [batch, size], for each entry of the emitter's carry (``h`` for a GRU; ``c``, ``h`` for an
     LSTM)."""
     algo = record["algo"]
-    if algo not in EMITTERS:
-        raise ExportError(f"no ONNX exporter for algorithm {algo!r} (exportable: "
-                          f"{', '.join(sorted(EMITTERS))})")
+    em = emitter(record)
     if not MIN_OPSET <= opset <= onnx.defs.onnx_opset_version():
         raise ExportError(f"--opset must be in {MIN_OPSET}..{onnx.defs.onnx_opset_version()} "
                           f"(this onnx package's newest), got {opset}")
-    algorithm = agents.get(algo)
-    section = typed.build(algorithm.section, record["section"], f"{algo}.")
     spec = EnvSpec.from_description(record["env"])
     if spec.obs_dtype not in OBS_TYPES:
         raise ExportError(f"observations of dtype {spec.obs_dtype} have no ONNX input here")
-    layout = carry_layout(record)
-    g, p = _Graph(opset), _Params(params)
+    g = Graph(opset, params)
     inputs = [helper.make_tensor_value_info("obs", OBS_TYPES[spec.obs_dtype],
                                             ["batch", *spec.obs_shape])]
     mask = None
@@ -353,18 +309,17 @@ def build_model(record: dict[str, Any], params: Any, opset: int,
                                                     ["batch", spec.action_dim]))
         mask = "mask"
     inputs += [helper.make_tensor_value_info(f"{name}_in", TensorProto.FLOAT, ["batch", size])
-               for name, size in layout]
+               for name, size in em.carry]
     x = g.op("Cast", "obs", to=TensorProto.FLOAT)   # Policy.__call__: float32 observations
-    action, next_carry = EMITTERS[algo](g, p, section, spec, x, mask,
-                                        [f"{name}_in" for name, _ in layout])
-    if p.left():
+    action, next_carry = em.emit(g, x, mask, [f"{name}_in" for name, _ in em.carry])
+    if g.unused():
         raise ExportError(f"the policy has parameters this exporter does not map "
-                          f"({', '.join(p.left())}): not a {algo} network it knows")
+                          f"({', '.join(g.unused())}): not a {algo} network it knows")
     g.nodes.append(helper.make_node("Identity", [action], ["actions"]))
     outputs = [helper.make_tensor_value_info(
         "actions", TensorProto.FLOAT if spec.continuous else TensorProto.INT32,
         ["batch", spec.action_dim] if spec.continuous else ["batch"])]
-    for (name, size), value in zip(layout, next_carry, strict=True):
+    for (name, size), value in zip(em.carry, next_carry, strict=True):
         g.nodes.append(helper.make_node("Identity", [value], [f"{name}_out"]))
         outputs.append(helper.make_tensor_value_info(f"{name}_out", TensorProto.FLOAT,
                                                      ["batch", size]))

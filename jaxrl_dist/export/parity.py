@@ -157,7 +157,7 @@ def sampled_sequences(spec: EnvSpec, length: int = SEQUENCE_LENGTH, n: int = NUM
 def real_sequences(config: dict[str, Any] | None, spec: EnvSpec, length: int = SEQUENCE_LENGTH,
                    n: int = NUM_OBS, seed: int = 0) -> np.ndarray | None:
     """[length, n, *obs_shape]: ``n`` environments of the run's task stepped with random
-    actions, when it is a gymnax one that can be built here (recurrent PPO trains on
+    actions, when it is a gymnax one that can be built here (recurrent policies train on
     environments stepped inside the program; Gymnasium's are not among them); None
     otherwise."""
     env_id = (config or {}).get("env")

@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 
 from jaxrl_dist.agents.algorithm import Algorithm, sweep_keys
 from jaxrl_dist.agents.qnet.config import (LOSSES, QNetworkConfig, check_exploration,
-                                           check_network, check_optimizer, require)
+                                           check_network, check_optimizer)
+from jaxrl_dist.errors import require
 from jaxrl_dist.typed import doc as _doc
 
 OBS_STORAGE = ("float32", "uint8")
@@ -125,4 +126,6 @@ ALGORITHM = Algorithm(
     name="dqn", section=DQNConfig, check=check, check_run=check_run,
     sweepable=sweep_keys("dqn", HPARAMS), steps_per_env=lambda d: d.num_steps,
     make="jaxrl_dist.agents.dqn.learner:make_agent",
+    policy="jaxrl_dist.agents.qnet.networks:make_policy",
+    export="jaxrl_dist.agents.qnet.export:emitter",
     doc="double DQN with n-step returns and a replay buffer in fixed shards")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from jaxrl_dist.agents.algorithm import Algorithm, sweep_keys
 from jaxrl_dist.agents.choices import ACTIVATIONS, GRAD_CLIPS
 from jaxrl_dist.agents.torso import check_torso
-from jaxrl_dist.errors import ConfigError
+from jaxrl_dist.errors import require
 from jaxrl_dist.typed import doc as _doc
 
 BOUNDED_ACTIONS = ("clip", "tanh")
@@ -98,11 +98,6 @@ HPARAMS = ("learning_rate", "ent_coef", "clip_eps", "gamma", "gae_lambda", "vf_c
            "max_grad_norm")
 
 
-def _require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
-
-
 def recurrent(p: PPOConfig) -> bool:
     """Whether the networks carry a recurrent state (``ppo.network.cell`` not none)."""
     return p.network.cell != "none"
@@ -116,54 +111,54 @@ def sequences_per_env(p: PPOConfig) -> int:
 def check(p: PPOConfig) -> None:
     """Each value in range, and minibatches that split a rollout evenly."""
     n, num_steps = p.network, p.num_steps
-    _require(num_steps >= 1, f"ppo.num_steps must be >= 1, got {num_steps}")
-    _require(p.update_epochs >= 1, f"ppo.update_epochs must be >= 1, got {p.update_epochs}")
-    _require(p.num_minibatches >= 1, f"ppo.num_minibatches must be >= 1, got {p.num_minibatches}")
-    _require(n.cell in CELLS,
-             f"ppo.network.cell must be one of {', '.join(CELLS)}, got {n.cell!r}")
-    _require(n.cell_size >= 1, f"ppo.network.cell_size must be >= 1, got {n.cell_size}")
+    require(num_steps >= 1, f"ppo.num_steps must be >= 1, got {num_steps}")
+    require(p.update_epochs >= 1, f"ppo.update_epochs must be >= 1, got {p.update_epochs}")
+    require(p.num_minibatches >= 1, f"ppo.num_minibatches must be >= 1, got {p.num_minibatches}")
+    require(n.cell in CELLS,
+            f"ppo.network.cell must be one of {', '.join(CELLS)}, got {n.cell!r}")
+    require(n.cell_size >= 1, f"ppo.network.cell_size must be >= 1, got {n.cell_size}")
     if recurrent(p):
-        _require(p.sequence_length is None or (
+        require(p.sequence_length is None or (
             p.sequence_length >= 1 and num_steps % p.sequence_length == 0),
             f"ppo.sequence_length ({p.sequence_length}) must divide ppo.num_steps "
             f"({num_steps}), or be null (whole rollouts)")
     else:
-        _require(p.sequence_length is None,
-                 f"ppo.sequence_length applies to recurrent networks only; set "
-                 f"ppo.network.cell to gru or lstm, or drop it")
-        _require(num_steps % p.num_minibatches == 0,
-                 f"ppo.num_steps ({num_steps}) must be divisible by ppo.num_minibatches "
-                 f"({p.num_minibatches}): each minibatch takes num_steps/num_minibatches steps "
-                 f"of every environment")
-    _require(0.0 <= p.gamma <= 1.0, f"ppo.gamma must be in [0, 1], got {p.gamma}")
-    _require(0.0 <= p.gae_lambda <= 1.0, f"ppo.gae_lambda must be in [0, 1], got {p.gae_lambda}")
-    _require(p.clip_eps > 0, f"ppo.clip_eps must be > 0, got {p.clip_eps}")
-    _require(p.vf_clip_eps is None or p.vf_clip_eps > 0,
-             f"ppo.vf_clip_eps must be > 0 or null, got {p.vf_clip_eps}")
-    _require(p.target_kl is None or p.target_kl > 0,
-             f"ppo.target_kl must be > 0 or null, got {p.target_kl}")
-    _require(p.learning_rate > 0, f"ppo.learning_rate must be > 0, got {p.learning_rate}")
-    _require(p.max_grad_norm > 0, f"ppo.max_grad_norm must be > 0, got {p.max_grad_norm}")
+        require(p.sequence_length is None,
+                f"ppo.sequence_length applies to recurrent networks only; set "
+                f"ppo.network.cell to gru or lstm, or drop it")
+        require(num_steps % p.num_minibatches == 0,
+                f"ppo.num_steps ({num_steps}) must be divisible by ppo.num_minibatches "
+                f"({p.num_minibatches}): each minibatch takes num_steps/num_minibatches steps "
+                f"of every environment")
+    require(0.0 <= p.gamma <= 1.0, f"ppo.gamma must be in [0, 1], got {p.gamma}")
+    require(0.0 <= p.gae_lambda <= 1.0, f"ppo.gae_lambda must be in [0, 1], got {p.gae_lambda}")
+    require(p.clip_eps > 0, f"ppo.clip_eps must be > 0, got {p.clip_eps}")
+    require(p.vf_clip_eps is None or p.vf_clip_eps > 0,
+            f"ppo.vf_clip_eps must be > 0 or null, got {p.vf_clip_eps}")
+    require(p.target_kl is None or p.target_kl > 0,
+            f"ppo.target_kl must be > 0 or null, got {p.target_kl}")
+    require(p.learning_rate > 0, f"ppo.learning_rate must be > 0, got {p.learning_rate}")
+    require(p.max_grad_norm > 0, f"ppo.max_grad_norm must be > 0, got {p.max_grad_norm}")
     for name in ("ent_coef", "vf_coef"):
-        _require(getattr(p, name) >= 0, f"ppo.{name} must be >= 0, got {getattr(p, name)}")
-    _require(p.grad_clip in GRAD_CLIPS,
-             f"ppo.grad_clip must be one of {', '.join(GRAD_CLIPS)}, got {p.grad_clip!r}")
-    _require(n.init in INITS,
-             f"ppo.network.init must be one of {', '.join(INITS)}, got {n.init!r}")
-    _require(n.activation in ACTIVATIONS,
-             f"ppo.network.activation must be one of {', '.join(ACTIVATIONS)}, "
-             f"got {n.activation!r}")
-    _require(n.bounded_actions in BOUNDED_ACTIONS,
-             f"ppo.network.bounded_actions must be one of {', '.join(BOUNDED_ACTIONS)}, "
-             f"got {n.bounded_actions!r}")
+        require(getattr(p, name) >= 0, f"ppo.{name} must be >= 0, got {getattr(p, name)}")
+    require(p.grad_clip in GRAD_CLIPS,
+            f"ppo.grad_clip must be one of {', '.join(GRAD_CLIPS)}, got {p.grad_clip!r}")
+    require(n.init in INITS,
+            f"ppo.network.init must be one of {', '.join(INITS)}, got {n.init!r}")
+    require(n.activation in ACTIVATIONS,
+            f"ppo.network.activation must be one of {', '.join(ACTIVATIONS)}, "
+            f"got {n.activation!r}")
+    require(n.bounded_actions in BOUNDED_ACTIONS,
+            f"ppo.network.bounded_actions must be one of {', '.join(BOUNDED_ACTIONS)}, "
+            f"got {n.bounded_actions!r}")
     check_torso(n, "ppo")
-    _require(not n.shared or n.cell != "none",
-             "ppo.network.shared shares the actor's recurrent cell: set ppo.network.cell to "
-             "gru or lstm, or shared: false")
+    require(not n.shared or n.cell != "none",
+            "ppo.network.shared shares the actor's recurrent cell: set ppo.network.cell to "
+            "gru or lstm, or shared: false")
     for name in ("actor_hidden", "critic_hidden"):
         sizes = getattr(n, name)
-        _require(all(s >= 1 for s in sizes),
-                 f"ppo.network.{name} sizes must be >= 1, got {list(sizes)}")
+        require(all(s >= 1 for s in sizes),
+                f"ppo.network.{name} sizes must be >= 1, got {list(sizes)}")
 
 
 def check_run(p: PPOConfig, config) -> None:
@@ -171,14 +166,16 @@ def check_run(p: PPOConfig, config) -> None:
     if not recurrent(p):
         return
     sequences = config.num_envs * sequences_per_env(p)
-    _require(sequences % p.num_minibatches == 0,
-             f"ppo.num_minibatches ({p.num_minibatches}) must divide the rollout's sequences "
-             f"(num_envs x num_steps / sequence_length = {sequences}): a recurrent "
-             f"minibatch takes whole sequences")
+    require(sequences % p.num_minibatches == 0,
+            f"ppo.num_minibatches ({p.num_minibatches}) must divide the rollout's sequences "
+            f"(num_envs x num_steps / sequence_length = {sequences}): a recurrent "
+            f"minibatch takes whole sequences")
 
 
 ALGORITHM = Algorithm(
     name="ppo", section=PPOConfig, check=check, check_run=check_run,
     sweepable=sweep_keys("ppo", HPARAMS),
     steps_per_env=lambda p: p.num_steps, make="jaxrl_dist.agents.ppo.learner:make_agent",
+    policy="jaxrl_dist.agents.ppo.learner:make_policy",
+    export="jaxrl_dist.agents.ppo.export:emitter",
     doc="clipped PPO with GAE, a separate actor and critic")

@@ -12,9 +12,9 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from jaxrl_dist.agents.base import Agent
+from jaxrl_dist.agents.base import Agent, Deployment
 from jaxrl_dist.agents.ppo.config import PPOConfig
-from jaxrl_dist.agents.ppo.networks import make_networks
+from jaxrl_dist.agents.ppo.networks import Networks, make_networks
 from jaxrl_dist.agents.ppo.update import (check_sequences, make_init_fn, make_learn_fn,
                                           metrics_of, normalize_obs)
 from jaxrl_dist.distributions import action_noise
@@ -31,7 +31,7 @@ def make_agent(p: PPOConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         raise EnvError(f"{spec.name}: ppo.network.cell={p.network.cell} does not run on "
                        f"environments that reset a step late (a pool, ale:) yet; use cell: "
                        f"none, or an environment that reports its final observation")
-    if recurrent is not None and layout.data_size > 1:   # (a policy loader has one device)
+    if recurrent is not None and layout.data_size > 1:   # one: when learn is traced
         check_sequences(p, sizes.local_envs)
 
     def acting(train):
@@ -56,6 +56,31 @@ def make_agent(p: PPOConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         return {"actor": train.params["actor"],
                 "obs_moments": {"mean": moments.mean, "var": moments.var}}
 
+    return Agent(
+        **_deployment(p, spec, nets)._asdict(), init_params=nets.init,
+        init=make_init_fn(p, sizes, spec, nets),
+        acting=acting, noise=noise, act=act, env_action=nets.env_action,
+        learn=make_learn_fn(p, sizes, spec, nets, layout.data_axis),
+        policy_params=policy_params, metrics=metrics_of(p),
+        # a pool's final observations are the next step's (envs.pool): not stored twice
+        steps_per_env=p.num_steps,
+        keep_final_obs=p.bootstrap_truncation and not spec.resets_late,
+        # a resumed run whose actors start fresh episodes (host environments) starts the
+        # critic's carries afresh with them: the saved ones belong to the episodes left behind
+        new_actors=None if recurrent is None or p.network.shared else (
+            lambda data: jax.tree.map(lambda c, c0: jnp.broadcast_to(c0, c.shape), data,
+                                      recurrent.init_carry())))
+
+
+def make_policy(p: PPOConfig, spec: EnvSpec) -> Deployment:
+    """The deployed policy (the record's ``policy``): the actor's mode on normalised
+    observations, in the environment's units, from ``policy_params``' tree."""
+    return _deployment(p, spec, make_networks(p.network, spec))
+
+
+def _deployment(p: PPOConfig, spec: EnvSpec, nets: Networks) -> Deployment:
+    recurrent = nets.recurrent
+
     def policy(params, carry, obs, mask=None):
         moments = Moments(params["obs_moments"]["mean"], params["obs_moments"]["var"],
                           jnp.float32(1.0))
@@ -66,17 +91,4 @@ def make_agent(p: PPOConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
                                                 mask)
         return to_env_action(spec, nets.env_action(dist.mode())), carry
 
-    return Agent(
-        init_params=nets.init, init=make_init_fn(p, sizes, spec, nets),
-        init_carry=tuple if recurrent is None else recurrent.init_carry,
-        acting=acting, noise=noise, act=act, env_action=nets.env_action,
-        learn=make_learn_fn(p, sizes, spec, nets, layout.data_axis),
-        policy=policy, policy_params=policy_params, metrics=metrics_of(p),
-        # a pool's final observations are the next step's (envs.pool): not stored twice
-        steps_per_env=p.num_steps,
-        keep_final_obs=p.bootstrap_truncation and not spec.resets_late,
-        # a resumed run whose actors start fresh episodes (host environments) starts the
-        # critic's carries afresh with them: the saved ones belong to the episodes left behind
-        new_actors=None if recurrent is None or p.network.shared else (
-            lambda data: jax.tree.map(lambda c, c0: jnp.broadcast_to(c0, c.shape), data,
-                                      recurrent.init_carry())))
+    return Deployment(policy, tuple if recurrent is None else recurrent.init_carry)

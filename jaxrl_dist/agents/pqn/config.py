@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 
 from jaxrl_dist.agents.algorithm import Algorithm, sweep_keys
 from jaxrl_dist.agents.qnet.config import (LOSSES, QNetworkConfig, check_exploration,
-                                           check_network, check_optimizer, require)
+                                           check_network, check_optimizer)
+from jaxrl_dist.errors import require
 from jaxrl_dist.typed import doc as _doc
 
 
@@ -79,4 +80,6 @@ def check(p: PQNConfig) -> None:
 ALGORITHM = Algorithm(
     name="pqn", section=PQNConfig, check=check, sweepable=sweep_keys("pqn", HPARAMS),
     steps_per_env=lambda p: p.num_steps, make="jaxrl_dist.agents.pqn.learner:make_agent",
+    policy="jaxrl_dist.agents.qnet.networks:make_policy",
+    export="jaxrl_dist.agents.qnet.export:emitter",
     doc="PQN: Q(lambda) over vectorised rollouts, LayerNorm, no replay, no target network")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from jaxrl_dist.agents.choices import ACTIVATIONS, GRAD_CLIPS
 from jaxrl_dist.agents.torso import check_torso
-from jaxrl_dist.errors import ConfigError
+from jaxrl_dist.errors import require
 from jaxrl_dist.typed import doc as _doc
 
 SCHEDULES = ("linear", "exponential")
@@ -31,11 +31,6 @@ class QNetworkConfig:
                                         "with cnn_strides (Atari: [8, 4, 3])", default=())
     cnn_strides: tuple[int, ...] = _doc("stride of each conv layer when cnn_kernels is given "
                                         "(Atari: [4, 2, 1]); empty = 1", default=())
-
-
-def require(ok: bool, message: str) -> None:
-    if not ok:
-        raise ConfigError(message)
 
 
 def check_network(n: QNetworkConfig, prefix: str) -> None:

@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import optax
 
 from jaxrl_dist.agents import conv
+from jaxrl_dist.agents.base import Deployment
 from jaxrl_dist.agents.qnet.config import QNetworkConfig
 from jaxrl_dist.agents.torso import conv_torso, input_scale
 from jaxrl_dist.distributions import MASKED_LOGIT
@@ -140,6 +141,19 @@ def make_td_loss(net: QNet, kind: str) -> Callable:
     return loss_fn
 
 
+def _deployment(net: QNet) -> Deployment:
+    """The greedy policy (feed-forward: its carry is ``()``)."""
+    def policy(params, carry, obs, mask=None):
+        return greedy(net.apply(params, obs), mask), carry
+    return Deployment(policy, tuple)
+
+
+def make_policy(section: Any, spec: EnvSpec) -> Deployment:
+    """The deployed policy of DQN and PQN (their records' ``policy``): greedy in the
+    Q-network of ``section.network``."""
+    return _deployment(make_q_network(section.network, spec))
+
+
 def agent_parts(net: QNet, spec: EnvSpec) -> dict[str, Any]:
     """The :class:`~jaxrl_dist.agents.base.Agent` fields every epsilon-greedy Q-learner shares:
     its ``acting`` state is ``(params, epsilon)``; the deployed policy is greedy."""
@@ -147,10 +161,7 @@ def agent_parts(net: QNet, spec: EnvSpec) -> dict[str, Any]:
         params, eps = acting_state
         return epsilon_greedy(net.apply(params, obs), mask, eps, noise), carry, {}
 
-    def policy(params, carry, obs, mask=None):
-        return greedy(net.apply(params, obs), mask), carry
-
-    return dict(init_params=net.init, init_carry=tuple,
+    return dict(**_deployment(net)._asdict(), init_params=net.init,
                 noise=lambda key, t: exploration_noise(key, t, spec.action_dim),
-                act=act, env_action=lambda a: a, policy=policy,
+                act=act, env_action=lambda a: a,
                 policy_params=lambda train: train.params)
