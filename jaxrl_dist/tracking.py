@@ -79,8 +79,8 @@ def start(section: WandbConfig, config_dict: dict[str, Any], run_dir: Path,
             id=run_id, resume="allow",
             settings=wandb.Settings(silent=True, console="off"))
     except Exception as e:   # no login, no server, a bad entity: wandb's own words, one line
-        hint = ("; log in (`wandb login` or WANDB_API_KEY) or use wandb.mode=offline and "
-                "`wandb sync` later" if section.mode == "online" else "")
+        hint = (" (log in with `wandb login` or WANDB_API_KEY, or use wandb.mode=offline "
+                "and `wandb sync` later)" if section.mode == "online" else "")
         raise UserError(f"wandb.init ({section.mode}) failed: {_first_line(e)}{hint}") from None
     with faults.writing("writing", id_file):
         tmp = id_file.with_name(ID_FILE + ".tmp")
