@@ -321,3 +321,15 @@ def test_disabled_opens_nothing(tmp_path):
     tracking.check(WandbConfig())
     assert tracking.start(WandbConfig(), {}, tmp_path / "run", resume=False) is None
     assert not (tmp_path / "run").exists()
+
+
+def test_wandb_settings_may_change_on_resume():
+    """W&B is bookkeeping: a run trained without it resumes with it (and the other way)."""
+    from jaxrl_dist import config as config_lib
+    from jaxrl_dist.checkpoint import CheckpointError, check_compatible
+
+    saved = config_lib.to_dict(config_lib.load(CFG))
+    check_compatible(saved, config_lib.to_dict(config_lib.load(
+        CFG, ["wandb.mode=offline", "wandb.project=p", "wandb.tags=[a]"])))
+    with pytest.raises(CheckpointError, match="'seed'"):
+        check_compatible(saved, config_lib.to_dict(config_lib.load(CFG, ["seed=9"])))
