@@ -38,6 +38,24 @@ class PopulationConfig:
         return bool(self.seeds or self.sweep)
 
 
+# W&B's run modes offered; "disabled" never imports wandb.
+WANDB_MODES = ("disabled", "offline", "online")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WandbConfig:
+    mode: str = _doc("Weights & Biases logging from process 0 (pip install -e '.[wandb]'): "
+                     "disabled (wandb is never imported), offline (files under "
+                     "RUN_DIR/wandb/, uploaded later by `wandb sync`) or online",
+                     default="disabled")
+    project: str | None = _doc("W&B project; null = W&B's own ($WANDB_PROJECT, else "
+                               "uncategorized)", default=None)
+    entity: str | None = _doc("W&B user or team; null = the login's default", default=None)
+    group: str | None = _doc("W&B run group (runs of one experiment side by side)", default=None)
+    name: str | None = _doc("W&B run name; null = the run directory's name", default=None)
+    tags: tuple[str, ...] = _doc("W&B run tags", default=())
+
+
 @dataclass(frozen=True, kw_only=True)
 class Config:
     algo: str = _doc("the learning algorithm; its settings are the config section of the same "
@@ -122,6 +140,7 @@ class Config:
     # read it as ``config.agent`` or by its name (``config.ppo``).
     agent: Any = field(default=None, metadata={"internal": True})
     population: PopulationConfig = field(default_factory=lambda: PopulationConfig())
+    wandb: WandbConfig = field(default_factory=lambda: WandbConfig())
 
     def __getattr__(self, name: str) -> Any:
         if name != "algo" and name == self.__dict__.get("algo"):
@@ -317,6 +336,8 @@ def check(config: Config) -> None:
         algorithm.check_run(c.agent, c)
     require(c.episode_length is None or c.episode_length >= 1,
             f"episode_length must be >= 1 or null, got {c.episode_length}")
+    require(c.wandb.mode in WANDB_MODES,
+            f"wandb.mode must be one of {', '.join(WANDB_MODES)}, got {c.wandb.mode!r}")
     _check_population(config)
 
 

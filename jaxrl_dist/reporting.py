@@ -1,4 +1,4 @@
-"""Run files, TensorBoard and the console progress line. Process 0 is the only writer.
+"""Run files, TensorBoard, W&B and the console progress line. Process 0 is the only writer.
 
 Metrics arriving here are already global (reduced inside the compiled program), so writing them
 from one process loses nothing. Other processes get a :class:`NullReporter`.
@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -16,9 +17,12 @@ from typing import Any
 import numpy as np
 import yaml
 
-from jaxrl_dist import faults
+from jaxrl_dist import faults, tracking
+from jaxrl_dist.protocol import EXIT_DIVERGED, EXIT_PREEMPTED
 
 _NOT_SCALARS = ("env_steps", "member")
+# A finished run's status -> the exit code the CLI ends with (W&B records it); others: 0.
+STATUS_EXIT_CODES = {"diverged": EXIT_DIVERGED, "preempted": EXIT_PREEMPTED}
 # Fields of the row's head, the same for every member of a call: a population logs them once.
 _SHARED = ("updates", "sps", "time_s")
 
@@ -133,6 +137,7 @@ class NullReporter:
     def advance(self, env_steps: int, postfix: dict[str, str]) -> None: ...
     def message(self, text: str) -> None: ...
     def finish(self, summary: dict[str, Any]) -> None: ...
+    def fail(self, exit_code: int) -> None: ...
 
 
 # A population's members past this many get no TensorBoard run of their own (metrics.jsonl
@@ -140,14 +145,21 @@ class NullReporter:
 # an H100's time for the call's 10 updates, and left the GPU idle (docs/benchmarks_history.md). The
 # main run gets the population's mean, min and max of every metric instead.
 MEMBER_RUNS = 8
+# Seconds a failed run waits for the row being written before it closes W&B without it.
+ROW_WAIT_S = 30.0
 
 
 class RunReporter(NullReporter):
-    """config.yaml, metrics.jsonl, summary.json, TensorBoard events and one live progress line."""
+    """config.yaml, metrics.jsonl, summary.json, TensorBoard events, the W&B run (``tracker``,
+    if any) and one live progress line."""
 
     def __init__(self, run_dir: Path, total_steps: int, progress: bool = True,
-                 member_runs: int = MEMBER_RUNS):
+                 member_runs: int = MEMBER_RUNS, tracker: Any = None):
         self.run_dir = Path(run_dir)
+        self.tracker = tracker   # tracking.Tracker: the W&B run mirroring metrics.jsonl
+        # held while a row goes to metrics.jsonl and W&B: a failure closes W&B between rows,
+        # so W&B holds exactly the rows metrics.jsonl does (what --resume relies on)
+        self._row = threading.Lock()
         self.total_steps = total_steps
         self.progress = progress
         self.member_runs = member_runs
@@ -198,43 +210,50 @@ class RunReporter(NullReporter):
 
     def log(self, row: dict[str, Any]) -> None:
         """One metrics row (a population logs one row per member, with a ``member`` key)."""
-        self._write_rows([row])
+        with self._row:
+            self._track(self._write_rows([row])[0])
 
-    def _write_rows(self, rows: list[dict[str, Any]]) -> None:
+    def _track(self, data: dict[str, Any]) -> None:
+        if self.tracker is not None:
+            self._warn(self.tracker.log(data))
+
+    def _warn(self, warning: str | None) -> None:
+        if warning:
+            self.message(warning)
+
+    def _write_rows(self, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """metrics.jsonl lines in ONE write (the file is line-buffered: a write per row was a
-        system call per member), and the TensorBoard runs that exist for these rows."""
+        system call per member), and the TensorBoard runs that exist for these rows; returns
+        the rows as written (non-finite values as None)."""
         faults.raise_thread_fault("writing TensorBoard events to", self.run_dir / "tb")
         rows = [{k: _clean(v) for k, v in row.items()} for row in rows]
         text = "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows)
         with faults.writing("writing", self.run_dir / "metrics.jsonl"):
             self._metrics.write(text)
-        if self._tb is None:
-            return
-        for row in rows:
-            member = row.get("member")
-            if member is None or member < self.member_runs:
-                self._scalars(self._writer(member), row)
+        if self._tb is not None:
+            for row in rows:
+                member = row.get("member")
+                if member is None or member < self.member_runs:
+                    self._scalars(self._writer(member), row)
+        return rows
 
     def log_population(self, rows: list[dict[str, Any]]) -> None:
         """One call of a population: every member's row, and in the main TensorBoard run the
-        mean, min and max over the members of each metric (the call's shared fields once)."""
-        self._write_rows(rows)
-        if self._tb is None:
-            return
-        summary = {"env_steps": rows[0]["env_steps"],
-                   **{name: rows[0][name] for name in _SHARED if name in rows[0]}}
-        for name in rows[0]:
-            if name in _NOT_SCALARS or name in _SHARED:
-                continue
-            values = np.asarray([v for r in rows if isinstance(v := r.get(name), (int, float))],
-                                np.float64)
-            values = values[np.isfinite(values)]
-            if values.size:
-                tag = name if "/" in name else f"train/{name}"
-                summary.update({f"{tag}/mean": float(values.mean()),
-                                f"{tag}/min": float(values.min()),
-                                f"{tag}/max": float(values.max())})
-        self._scalars(self._tb, summary)
+        mean, min and max over the members of each metric (the call's shared fields once);
+        W&B gets all of it as one step."""
+        with self._row:
+            rows = self._write_rows(rows)
+            stats = spread(rows)
+            if self._tb is not None:
+                summary = {"env_steps": rows[0]["env_steps"],
+                           **{name: rows[0][name] for name in _SHARED if name in rows[0]}}
+                for name, values in stats.items():
+                    tag = name if "/" in name else f"train/{name}"
+                    summary.update({f"{tag}/{stat}": v
+                                    for stat, v in zip(("mean", "min", "max"), values)})
+                self._scalars(self._tb, summary)
+            if self.tracker is not None:
+                self._track(tracking.population_row(rows, _SHARED, stats))
 
     @staticmethod
     def _scalars(writer, row: dict[str, Any]) -> None:
@@ -269,6 +288,37 @@ class RunReporter(NullReporter):
         summary = {k: _clean(v) for k, v in summary.items()}
         _replace_file(self.run_dir / "summary.json",
                       json.dumps(summary, indent=2, allow_nan=False) + "\n")
+        if self.tracker is not None:
+            self._warn(self.tracker.finish(STATUS_EXIT_CODES.get(summary.get("status"), 0),
+                                           summary))
+
+    def fail(self, exit_code: int) -> None:
+        """Training failed: close the W&B run with the exit code, once the row being written
+        (on the logging thread, which a failure does not wait for) is complete; a row stuck
+        for ``ROW_WAIT_S`` is not waited for."""
+        if self.tracker is None:
+            return
+        held = self._row.acquire(timeout=ROW_WAIT_S)
+        try:
+            self._warn(self.tracker.finish(exit_code))
+        finally:
+            if held:
+                self._row.release()
+
+
+def spread(rows: list[dict[str, Any]]) -> dict[str, tuple[float, float, float]]:
+    """A population's mean, min and max over its members of each metric of one call (finite
+    values only; the call's shared fields, the step and the member index left out)."""
+    out = {}
+    for name in rows[0]:
+        if name in _NOT_SCALARS or name in _SHARED:
+            continue
+        values = np.asarray([v for r in rows if isinstance(v := r.get(name), (int, float))],
+                            np.float64)
+        values = values[np.isfinite(values)]
+        if values.size:
+            out[name] = (float(values.mean()), float(values.min()), float(values.max()))
+    return out
 
 
 def postfix(rows: list[dict[str, Any]]) -> dict[str, str]:

@@ -20,7 +20,7 @@ import jax
 import numpy as np
 
 from jaxrl_dist import compile_cache, distributed, drivers, faults, integrity, population, reporting
-from jaxrl_dist import rundir
+from jaxrl_dist import rundir, tracking
 from jaxrl_dist import policy as policy_lib
 from jaxrl_dist import summary as summary_lib
 from jaxrl_dist import config as config_lib
@@ -70,11 +70,13 @@ def train(
                         start=start)
             run.cache = {"dir": str(cache_dir) if cache_dir else None,
                          **{k: v - before[k] for k, v in compile_cache.counts().items()}}
-            try:
-                loop(run)
-            finally:
-                run.driver.close()
-        summary = summarize(run)
+            with tracking.finished_on_error(run.reporter):
+                try:
+                    loop(run)
+                finally:
+                    run.driver.close()
+        with tracking.finished_on_error(run.reporter):
+            summary = summarize(run)
         if run.status == "diverged":
             raise faults.TrainingDiverged(faults.diverged_message(
                 run.watch.tripped, run.checkpointer.directory, run.last_checkpoint))
@@ -98,11 +100,21 @@ def setup(*, config: Config, run_dir: str | Path | None, resume: bool, env: Any,
           env_params: Any, devices: Sequence[jax.Device] | None, progress: bool,
           start: float) -> Run:
     """The run, ready to loop, in named steps: its pieces (bad input fails before anything is
-    written or compiled), its run dir, its programs compiled beside the state's init or
-    restore, its reporter, and its start (first checkpoint, first lines)."""
+    written or compiled), its run dir (and W&B run), its programs compiled beside the state's
+    init or restore, its reporter, and its start (first checkpoint, first lines)."""
     distributed.heartbeat("setup")
+    if distributed.is_main_process():
+        tracking.check(config.wandb)   # a missing package: one line before anything is built
     parts = _build(config=config, env=env, env_params=env_params, devices=devices)
     opened = _open_run_dir(config=config, run_dir=run_dir, resume=resume, learner=parts.learner)
+    with tracking.finished_on_error(opened.tracker):
+        return _ready(config=config, parts=parts, opened=opened, resume=resume,
+                      progress=progress, start=start)
+
+
+def _ready(*, config: Config, parts: _Parts, opened: _RunDir, resume: bool, progress: bool,
+           start: float) -> Run:
+    """Setup's steps once the run dir is open: programs, state, reporter, the run's start."""
     seed_keys, swept = _seed_keys(config=config, layout=parts.layout, members=parts.members)
     compile_start = time.perf_counter()
 
@@ -118,7 +130,8 @@ def setup(*, config: Config, run_dir: str | Path | None, resume: bool, env: Any,
         parts.driver.close()
         raise
     reporter = _make_reporter(run_dir=opened.path, sizes=parts.sizes, progress=progress,
-                              resume=resume, updates_done=ready.updates_done)
+                              resume=resume, updates_done=ready.updates_done,
+                              tracker=opened.tracker)
     run = Run(config=config, sizes=parts.sizes, layout=parts.layout, learner=parts.learner,
               env_name=parts.spec.name, run_dir=opened.path, compiled=ready.compiled,
               evaluate=ready.evaluate, seed_keys=seed_keys, checkpointer=opened.checkpointer,
@@ -173,6 +186,7 @@ class _RunDir(NamedTuple):
     checkpointer: Checkpointer
     restore: bool        # a complete checkpoint to continue from
     note: str | None     # said when --resume found none: the run starts from update 0
+    tracker: tracking.Tracker | None   # process 0's W&B run, if wandb.mode is not disabled
 
 
 def _open_run_dir(*, config: Config, run_dir: str | Path | None, resume: bool,
@@ -180,21 +194,25 @@ def _open_run_dir(*, config: Config, run_dir: str | Path | None, resume: bool,
     """The run dir (a new run never writes into one that holds a run) and its checkpointer.
     ``resume`` without a complete checkpoint (killed or out of disk before the first one, or
     no dir yet) starts the run, saying so: a requeued job passes --resume every time. Every
-    process takes process 0's answer."""
+    process takes process 0's answer. Process 0 opens the W&B run before anything is written
+    (a failed login leaves nothing to clean up)."""
     if resume and run_dir is None:
         raise RunError("--resume needs the --run-dir of the run to continue")
     path = Path(run_dir) if run_dir is not None else rundir.default_run_dir(config)
     existed = path.is_dir()
+    tracker = None
     if distributed.is_main_process():
         rundir.prepare_run_dir(path, resume=resume)
-    distributed.barrier("run_dir_checked")
-    checkpointer = Checkpointer(path / "checkpoints", keep=config.keep_checkpoints,  # orbax
-                                saved=learner.agent.checkpointed,
-                                policy_params=learner.agent.policy_params)
-    restore = resume and bool(distributed.broadcast(
-        np.int32(checkpointer.latest_step() is not None)))
+        tracker = tracking.start(config.wandb, config_lib.to_dict(config), path, resume)
+    with tracking.finished_on_error(tracker):
+        distributed.barrier("run_dir_checked")
+        checkpointer = Checkpointer(path / "checkpoints", keep=config.keep_checkpoints,  # orbax
+                                    saved=learner.agent.checkpointed,
+                                    policy_params=learner.agent.policy_params)
+        restore = resume and bool(distributed.broadcast(
+            np.int32(checkpointer.latest_step() is not None)))
     note = rundir.nothing_to_resume(path, existed) if resume and not restore else None
-    return _RunDir(path, checkpointer, restore, note)
+    return _RunDir(path, checkpointer, restore, note, tracker)
 
 
 def _seed_keys(*, config: Config, layout: sharding.Layout,
@@ -219,13 +237,15 @@ def _restore(*, config: Config, learner: programs.Learner, checkpointer: Checkpo
 
 
 def _make_reporter(*, run_dir: Path, sizes: sizes_lib.Sizes, progress: bool, resume: bool,
-                   updates_done: int) -> reporting.NullReporter:
-    """Process 0 writes the run's files and progress; the others stay silent. Under --resume,
-    metrics.jsonl loses the rows logged after the checkpoint (all of an attempt that saved
-    none): they are trained again."""
+                   updates_done: int, tracker: tracking.Tracker | None
+                   ) -> reporting.NullReporter:
+    """Process 0 writes the run's files, W&B and progress; the others stay silent. Under
+    --resume, metrics.jsonl loses the rows logged after the checkpoint (all of an attempt that
+    saved none): they are trained again."""
     if not distributed.is_main_process():
         return reporting.NullReporter()
-    reporter = reporting.RunReporter(run_dir, sizes.num_updates * sizes.batch_size, progress)
+    reporter = reporting.RunReporter(run_dir, sizes.num_updates * sizes.batch_size, progress,
+                                     tracker=tracker)
     if resume:
         reporting.truncate_metrics(run_dir / "metrics.jsonl", updates_done)
     return reporter
