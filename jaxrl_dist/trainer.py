@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import contextvars
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -50,6 +52,7 @@ def train(
     run_dir: str | Path | None = None,
     *,
     resume: bool = False,
+    resume_from: int | None = None,
     env: Any = None,
     env_params: Any = None,
     devices: Sequence[jax.Device] | None = None,
@@ -58,9 +61,12 @@ def train(
     """Train ``config.algo`` on every device (of every process); returns the run summary.
 
     ``env`` may be a user's gymnax-style environment object instead of ``config.env``.
-    ``resume`` continues the run in ``run_dir`` from its latest complete checkpoint.
+    ``resume`` continues the run in ``run_dir`` from its newest intact checkpoint (damaged
+    ones are named and set aside); ``resume_from`` (implies ``resume``) from that step's.
     """
     start = time.perf_counter()
+    resume = resume or resume_from is not None
+    chosen = _RESUME_FROM.set(resume_from)
     cache_dir = compile_cache.enable(config.compile_cache)   # before anything compiles
     distributed.initialize()
     restore_signals = distributed.install_worker_hooks()
@@ -84,6 +90,7 @@ def train(
         return summary
     finally:
         restore_signals()
+        _RESUME_FROM.reset(chosen)
 
 
 def matmul_precision(config: Config):
@@ -177,12 +184,19 @@ class _RunDir(NamedTuple):
     note: str | None     # said when --resume found none: the run starts from update 0
 
 
+# The step ``train(resume_from=...)`` names, for the run dir's opening (which hands it on
+# to the restore as ``Checkpointer.resume_from``).
+_RESUME_FROM: contextvars.ContextVar[int | None] = contextvars.ContextVar("resume_from",
+                                                                          default=None)
+
+
 def _open_run_dir(*, config: Config, run_dir: str | Path | None, resume: bool,
                   learner: programs.Learner) -> _RunDir:
     """The run dir (a new run never writes into one that holds a run) and its checkpointer.
     ``resume`` without a complete checkpoint (killed or out of disk before the first one, or
-    no dir yet) starts the run, saying so: a requeued job passes --resume every time. Every
-    process takes process 0's answer."""
+    no dir yet) starts the run, saying so: a requeued job passes --resume every time; a step
+    asked for that is not there is one line listing those that are. Every process takes
+    process 0's list."""
     if resume and run_dir is None:
         raise RunError("--resume needs the --run-dir of the run to continue")
     path = Path(run_dir) if run_dir is not None else rundir.default_run_dir(config)
@@ -193,8 +207,15 @@ def _open_run_dir(*, config: Config, run_dir: str | Path | None, resume: bool,
     checkpointer = Checkpointer(path / "checkpoints", keep=config.keep_checkpoints,  # orbax
                                 saved=learner.agent.checkpointed,
                                 policy_params=learner.agent.policy_params)
-    restore = resume and bool(distributed.broadcast(
-        np.int32(checkpointer.latest_step() is not None)))
+    checkpointer.prepare(learner.abstract_state)   # compiles beside the run's programs
+    steps = checkpointer.steps() if resume else []
+    resume_from = _RESUME_FROM.get()
+    if resume_from is not None and resume_from not in steps:
+        raise CheckpointError(f"--resume-from {resume_from}: {path / 'checkpoints'} has no "
+                              f"checkpoint {resume_from} (its checkpoints: "
+                              f"{', '.join(map(str, steps)) or 'none'})")
+    checkpointer.resume_from = resume_from
+    restore = resume and bool(steps)
     note = rundir.nothing_to_resume(path, existed) if resume and not restore else None
     return _RunDir(path, checkpointer, restore, note)
 
@@ -292,12 +313,19 @@ def _compile_and_init_host(*, config: Config, learner: programs.Learner,
 
 def _restore(*, config: Config, learner: programs.Learner, checkpointer: Checkpointer,
              state: Any) -> tuple[Any, int]:
-    """The latest checkpoint in ``state``'s shapes and shardings, refused if it was trained
-    with another config (bookkeeping keys aside); with its number of updates."""
-    state, meta = checkpointer.restore(state)
-    state = learner.restored(state)
-    check_compatible(config_lib.with_defaults(meta["config"]), config_lib.to_dict(config))
-    return state, int(meta["updates"])
+    """The newest intact checkpoint (or the one ``resume_from`` names) in ``state``'s shapes
+    and shardings, refused if it was trained with another config (bookkeeping keys aside);
+    with its number of updates. Process 0 names each checkpoint skipped or set aside."""
+    def say(line: str) -> None:
+        if distributed.is_main_process():
+            print(line, file=sys.stderr, flush=True)
+
+    def accept(meta: dict) -> None:   # before anything is set aside
+        check_compatible(config_lib.with_defaults(meta["config"]), config_lib.to_dict(config))
+
+    state, meta = checkpointer.restore(state, step=checkpointer.resume_from, say=say,
+                                       accept=accept)
+    return learner.restored(state), int(meta["updates"])
 
 
 def _make_reporter(*, run_dir: Path, sizes: sizes_lib.Sizes, progress: bool, resume: bool,
