@@ -14,6 +14,14 @@ saved; the others are rebuilt on resume), ``meta`` (JSON: progress, the config, 
 ``policy`` record of what the policy needs: algorithm, its section, observation and action
 specs) and ``policy`` (the arrays the deployed policy needs), so a run directory alone
 rebuilds the trained policy (:mod:`jaxrl_dist.policy`).
+
+Checkpoints prove themselves: ``meta["digest"]`` records a checksum of every array saved
+(:mod:`jaxrl_dist.digest`, computed on the devices that hold the arrays) and of the JSON record,
+and a restore recomputes them. A resume skips damaged checkpoints (unreadable, or not holding
+what was saved) for the newest intact one, names them, and moves checkpoints newer than the one
+it resumes from, as found, to ``<dir>_set_aside/``: never deleted or rewritten, out of orbax's
+rotation and out of the way of the run's own saves at those steps. A checkpoint without a digest
+(written before there was one) is restored unverified.
 """
 
 from __future__ import annotations
@@ -29,8 +37,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterator
 
 import jax
+import numpy as np
 
-from jaxrl_dist import faults
+from jaxrl_dist import digest, distributed, faults
 from jaxrl_dist.types import ActorState, RunState
 
 # Config keys that may change between a run and its resumption: they steer bookkeeping only,
@@ -46,6 +55,11 @@ RESUMABLE_CHANGES = ("updates_per_call", "checkpoint_every", "keep_checkpoints",
 
 class CheckpointError(UserError):
     """Missing, unreadable or incompatible checkpoint; one line for the user."""
+
+
+class DamagedCheckpoint(CheckpointError):
+    """A checkpoint that cannot be read or does not hold what its digest says was saved; the
+    line names it and the intact ones (or says that none is)."""
 
 
 def _ocp():
@@ -66,6 +80,7 @@ class Checkpointer:
         self.saved = tuple(name for name, keep_it in saved._asdict().items() if keep_it)
         self.policy_params = policy_params
         self._writing: int | None = None   # the step of the save in flight
+        self.resume_from: int | None = None   # the step a resume restores; None: the newest
         self._manager = ocp.CheckpointManager(
             self.directory,   # tmp dirs of a save cut short (kill -9) are removed at start
             options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
@@ -74,6 +89,33 @@ class Checkpointer:
             item_handlers={"state": ocp.StandardCheckpointHandler(),
                            "meta": ocp.JsonCheckpointHandler(),
                            "policy": ocp.StandardCheckpointHandler()})
+        # restores read through the items' handlers, not the manager: orbax's restore ends in
+        # a barrier that a process whose read failed never reaches (its siblings would wait
+        # there); each read's outcome is agreed below instead
+        self._readers = {"state": ocp.StandardCheckpointHandler(),
+                         "meta": ocp.JsonCheckpointHandler(),
+                         "policy": ocp.StandardCheckpointHandler()}
+
+    def prepare(self, abstract_state: Callable[[], RunState]) -> None:
+        """Compile, on a thread, the digest of what saving a state shaped like
+        ``abstract_state()`` (ShapeDtypeStructs with shardings) holds, so that the run's first
+        save need not wait for it: the state's slots, and the policy's arrays (whose
+        shardings come from compiling ``policy_params``)."""
+        def items() -> dict[str, Any]:
+            abstract = abstract_state()
+            slots = {name: getattr(abstract, name) for name in self.saved
+                     if jax.tree.leaves(getattr(abstract, name))}
+            out = {"state": _without_empty(slots)}
+            if self.policy_params is not None:
+                shapes = jax.eval_shape(self.policy_params, abstract.train)
+                placed = jax.jit(self.policy_params).lower(abstract.train).compile()
+                out["policy"] = jax.tree.map(
+                    lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype,
+                                                             sharding=sharding),
+                    shapes, placed.output_shardings)
+            return out
+
+        digest.prepare(items)
 
     def latest_step(self) -> int | None:
         self.wait()
@@ -120,30 +162,99 @@ class Checkpointer:
         ocp = _ocp()
         slots = {name: getattr(state, name) for name in self.saved
                  if jax.tree.leaves(getattr(state, name))}   # () data: nothing to save
-        items = dict(state=ocp.args.StandardSave(_without_empty(slots)),
-                     meta=ocp.args.JsonSave(meta))
+        trees = {"state": _without_empty(slots)}
         if self.policy_params is not None:
-            items["policy"] = ocp.args.StandardSave(self.policy_params(state.train))
+            trees["policy"] = self.policy_params(state.train)
+        meta = with_digest(meta, trees)
+        items = dict(state=ocp.args.StandardSave(trees["state"]), meta=ocp.args.JsonSave(meta))
+        if "policy" in trees:
+            items["policy"] = ocp.args.StandardSave(trees["policy"])
         self.wait()   # the previous save's failure is reported as its own
         self._writing = int(meta["updates"])
         self._guard(lambda: self._manager.save(int(meta["updates"]),
                                                args=ocp.args.Composite(**items), force=True))
 
-    def restore(self, like: RunState) -> tuple[RunState, dict]:
-        """Restore the latest checkpoint into the shapes and shardings of ``like`` (a state on
-        the CURRENT mesh)."""
-        ocp = _ocp()
-        step = self.latest_step()
-        if step is None:
-            raise CheckpointError(f"no checkpoint in {self.directory}")
-        def abstract(tree):
-            return jax.tree.map(
-                lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
-                _without_empty(tree))
+    def steps(self) -> list[int]:
+        """The complete checkpoints, oldest first, as process 0 lists them: every process
+        walks the same list (a collective)."""
+        self.wait()
+        local = sorted(int(s) for s in self._manager.all_steps(read=True))
+        count = int(distributed.broadcast(np.int32(len(local))))
+        if count == 0:
+            return []
+        mine = np.asarray(local if distributed.is_main_process() else [0] * count, np.int32)
+        return [int(s) for s in np.asarray(distributed.broadcast(mine))]
 
+    def restore(self, like: RunState, step: int | None = None,
+                say: Callable[[str], None] = lambda line: None,
+                accept: Callable[[dict], None] = lambda meta: None) -> tuple[RunState, dict]:
+        """The newest INTACT checkpoint (or ``step``'s) in the shapes and shardings of
+        ``like`` (a state on the CURRENT mesh), with its meta. Damaged ones are skipped;
+        ``accept`` may refuse the one found (raising, e.g. for another config); checkpoints
+        newer than the one restored are then set aside, each named in one line to ``say``.
+        Every process takes the same path: reads are local, verdicts agreed. Nothing on
+        disk changes unless a checkpoint is restored."""
+        steps = self.steps()
+        if not steps:
+            raise CheckpointError(f"no checkpoint in {self.directory}")
+        if step is not None and step not in steps:
+            raise CheckpointError(f"no checkpoint {step} in {self.directory} (it has "
+                                  f"{_listing(steps)})")
+        policy_like = (self.policy_params(like.train) if self.policy_params is not None
+                       else None)   # every process, outside any read that may fail
+        damaged: dict[int, str] = {}
+        for candidate in [step] if step is not None else reversed(steps):
+            outcome = self._verified(like, policy_like, candidate)
+            if isinstance(outcome, str):
+                damaged[candidate] = outcome
+                continue
+            accept(outcome[1])
+            self._set_aside([s for s in steps if s > candidate], damaged, candidate, say)
+            return outcome
+        if step is not None:
+            raise DamagedCheckpoint(f"checkpoint {step} in {self.directory} is damaged: "
+                                    f"{damaged[step]}; nothing was changed (its checkpoints: "
+                                    f"{_listing(steps)})")
+        raise DamagedCheckpoint(f"no intact checkpoint in {self.directory}: " + "; ".join(
+            f"{s} {why}" for s, why in damaged.items()) + "; nothing was changed")
+
+    def _verified(self, like: RunState, policy_like: Any, step: int
+                  ) -> tuple[RunState, dict] | str:
+        """Checkpoint ``step`` restored and checked against its digest, or why not. Two
+        agreements keep the processes in step: whether every read succeeded (before any
+        collective runs on what was read), then whether every process found it intact."""
+        outcome = self._read(like, policy_like, step)
+        read = not isinstance(outcome, str)
+        checkable = read and _checkable(outcome[1])
+        if not read and not distributed.is_main_process():   # for this rank's own log
+            print(f"process {distributed.process_index()}: checkpoint {step} in "
+                  f"{self.directory} is {outcome}", file=sys.stderr, flush=True)
+        everyone = distributed.allgather(np.array([read, checkable], np.int32))
+        if not everyone[:, 0].all():
+            return outcome if not read else (
+                f"unreadable on process(es) {_ranks(everyone[:, 0] == 0)} (their logs say why)")
+        loaded, meta, trees = outcome
+        if not everyone[:, 1].any():   # written before checkpoints had a digest
+            return loaded, meta
+        problem = (_digest_problem(meta, step, trees) if everyone[:, 1].all()
+                   else "its meta record differs between processes")
+        bad = distributed.allgather(np.int32(problem is not None))
+        if bad.any():
+            return problem or f"not what was saved on process(es) {_ranks(bad == 1)}"
+        return loaded, meta
+
+    def _read(self, like: RunState, policy_like: Any, step: int
+              ) -> tuple[RunState, dict, dict[str, Any]] | str:
+        """This process's part of checkpoint ``step``: the state in ``like``'s shapes and
+        shardings, the meta, and the trees as read (the policy's only when a digest covers
+        it); or why it could not be read."""
+        ocp = _ocp()
+        path = self.directory / str(step)
         try:
             with _quiet_stderr_on_failure():
-                stored = self._stored_slots(step)
+                meta = dict(self._readers["meta"].restore(path / "meta",
+                                                          args=ocp.args.JsonRestore()))
+                stored = self._stored_slots(path)
                 if "envs" in stored and "actors" not in stored:   # written before the
                     # learner shape (RunState(train, envs)): the environments are now the
                     # actors' env slot, and nothing else was saved
@@ -151,29 +262,115 @@ class Checkpointer:
                 else:
                     target = {name: getattr(like, name) for name in self.saved
                               if name in stored}
-                restored = self._manager.restore(
-                    step, args=ocp.args.Composite(state=ocp.args.StandardRestore(
-                        abstract(target)), meta=ocp.args.JsonRestore()))
+                trees = {"state": self._readers["state"].restore(
+                    path / "state", args=ocp.args.StandardRestore(_abstract(target)))}
+                if policy_like is not None and "policy" in (meta.get("digest") or {}):
+                    trees["policy"] = self._readers["policy"].restore(
+                        path / "policy", args=ocp.args.StandardRestore(_abstract(policy_like)))
         except Exception as e:  # orbax/tensorstore raise many types for damaged files
-            first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-            raise CheckpointError(f"checkpoint {step} in {self.directory} is unreadable "
-                                  f"({type(e).__name__}: {first}); nothing was changed") from None
-        slots = dict(restored.state)
+            return _unreadable(e)
+        slots = dict(trees["state"])
         if "envs" in slots:
             slots["actors"] = ActorState(slots.pop("envs"), like.actors.carry)
         loaded = like._replace(**{name: jax.tree.map(lambda x, r: x if x.size == 0 else r,
                                                      getattr(like, name), slot)
                                   for name, slot in slots.items()})
-        return loaded, dict(restored.meta)
+        return loaded, meta, trees
 
-    def _stored_slots(self, step: int) -> set[str]:
+    def _set_aside(self, newer: list[int], damaged: dict[int, str], restored: int,
+                   say: Callable[[str], None]) -> None:
+        """Move the checkpoints newer than ``restored``, as they are, to ``<dir>_set_aside``
+        (process 0 moves; every process then re-lists): the run saves those steps again,
+        and orbax would otherwise delete them in its rotation of the newest few."""
+        if not newer:
+            return
+        aside = self.directory.with_name(self.directory.name + "_set_aside")
+        moved = {}
+        for step in newer:
+            dest, n = aside / str(step), 2
+            while dest.exists():
+                dest, n = aside / f"{step}.{n}", n + 1
+            moved[step] = dest
+        if distributed.is_main_process():
+            with faults.writing("setting checkpoints aside in", aside):
+                aside.mkdir(exist_ok=True)
+                for step, dest in moved.items():
+                    (self.directory / str(step)).rename(dest)
+        distributed.barrier("checkpoints_set_aside")
+        self._manager.reload()
+        for step, dest in moved.items():
+            why = (f"is damaged: {damaged[step]}" if step in damaged
+                   else f"is newer than checkpoint {restored}, which was asked for")
+            say(f"--resume: checkpoint {step} in {self.directory} {why}; resuming from "
+                f"checkpoint {restored}; {step} was moved, as found, to {dest}")
+
+    def _stored_slots(self, path: Path) -> set[str]:
         """Top-level names of a checkpoint's state item."""
-        tree = self._manager.item_metadata(step)["state"]
+        tree = self._readers["state"].metadata(path / "state")
         return set(getattr(tree, "tree", tree) or {})
 
     def close(self) -> None:
         self.wait()
         self._manager.close()
+        for reader in self._readers.values():
+            reader.close()
+
+
+def with_digest(meta: dict[str, Any], trees: dict[str, Any]) -> dict[str, Any]:
+    """``meta`` with the digest of the array trees saved beside it, and of itself."""
+    return {**meta, "digest": {"algorithm": digest.ALGORITHM, **digest.digests(trees),
+                               "meta": digest.meta_digest(meta)}}
+
+
+def _checkable(meta: dict[str, Any]) -> bool:
+    """Whether ``meta`` carries a digest this version computes."""
+    return (meta.get("digest") or {}).get("algorithm") == digest.ALGORITHM
+
+
+def _digest_problem(meta: dict[str, Any], step: int, trees: dict[str, Any]) -> str | None:
+    """What in checkpoint ``step`` differs from its digest, in words; None if nothing. A
+    collective where the arrays span processes."""
+    saved = meta["digest"]
+    now = digest.digests(trees)
+    problems = [f"its {item} arrays {_few(bad)}" for item, words in now.items()
+                if (bad := digest.mismatches(saved.get(item, {}), words))]
+    if saved.get("meta") != digest.meta_digest(meta) or meta.get("updates") != step:
+        problems.insert(0, "its meta record")
+    if not problems:
+        return None
+    return " and ".join(problems) + " do not match the digest saved with them"
+
+
+def _few(paths: list[str], n: int = 3) -> str:
+    return ", ".join(paths[:n]) + (f" (and {len(paths) - n} more)" if len(paths) > n else "")
+
+
+def _listing(steps: list[int]) -> str:
+    return ", ".join(map(str, sorted(steps))) or "none"
+
+
+def _ranks(mask: Any) -> str:
+    return ", ".join(str(r) for r in np.flatnonzero(mask))
+
+
+def _unreadable(error: BaseException) -> str:
+    """Why a read failed, in one line: the innermost cause says it (orbax wraps tensorstore's
+    error, e.g. ``DATA_LOSS: Error reading ...``, in a generic one)."""
+    while (error.__cause__ or error.__context__) is not None:
+        inner = error.__cause__ or error.__context__
+        if not str(inner).strip():
+            break
+        error = inner
+    text = str(error).strip()
+    first = text.splitlines()[0][:200] if text else ""
+    return f"unreadable ({type(error).__name__}{': ' + first if first else ''})"
+
+
+def _abstract(tree: Any) -> Any:
+    """The restore target of ``tree``: its shapes, dtypes and shardings; empty arrays as None
+    (:func:`_without_empty`)."""
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding),
+                        _without_empty(tree))
 
 
 def _without_empty(tree: Any) -> Any:
@@ -231,9 +428,9 @@ def read_checkpoint(directory: str | Path, step: int | None = None, item: str = 
                     ) -> tuple[dict[str, Any], dict[str, Any]]:
     """A checkpoint's ``item`` (``state``, or ``policy``: the deployed policy's arrays) as plain
     nested dicts of numpy arrays, plus its metadata, for use in one process, whatever topology
-    wrote it (arrays are gathered onto one local device)."""
-    import numpy as np
-
+    wrote it (arrays are gathered onto one local device), checked against its digest. A damaged
+    one raises :class:`DamagedCheckpoint` naming the intact ones: no silent fallback to an older
+    checkpoint, so what is deployed is what was asked for."""
     ocp = _ocp()
     directory = Path(directory).absolute()
     if not directory.is_dir():
@@ -244,21 +441,52 @@ def read_checkpoint(directory: str | Path, step: int | None = None, item: str = 
                        "meta": ocp.JsonCheckpointHandler(),
                        "policy": ocp.StandardCheckpointHandler()})
     try:
-        step = manager.latest_step() if step is None else step
+        steps = sorted(manager.all_steps())
+        step = (steps[-1] if steps else None) if step is None else step
         if step is None:
             raise CheckpointError(f"no checkpoint in {directory}")
-        if step not in manager.all_steps():
+        if step not in steps:
             raise CheckpointError(f"no checkpoint {step} in {directory} (it has "
-                                  f"{', '.join(map(str, sorted(manager.all_steps())))})")
-        tree = manager.item_metadata(step).get(item)
-        if tree is None:
-            raise CheckpointError(f"checkpoint {step} in {directory} has no '{item}' item "
-                                  f"(written by an older version: train with this one)")
-        device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
-        target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
-                              getattr(tree, "tree", tree))
-        restored = manager.restore(step, args=ocp.args.Composite(
-            **{item: ocp.args.StandardRestore(target)}, meta=ocp.args.JsonRestore()))
+                                  f"{_listing(steps)})")
+        outcome = _read_item(manager, directory, step, item)
+        if isinstance(outcome, str):
+            intact = [s for s in reversed(steps) if s != step
+                      and not isinstance(_read_item(manager, directory, s, item, quiet=True), str)]
+            raise DamagedCheckpoint(
+                f"checkpoint {step} in {directory} is damaged: {outcome}; intact: "
+                + (f"{_listing(intact)} (ask for one by its step)" if intact else "none"))
     finally:
         manager.close()
-    return jax.tree.map(np.asarray, restored[item]), dict(restored.meta)
+    tree, meta = outcome
+    return jax.tree.map(np.asarray, tree), meta
+
+
+def _read_item(manager: Any, directory: Path, step: int, item: str, quiet: bool = False
+               ) -> tuple[Any, dict[str, Any]] | str:
+    """Checkpoint ``step``'s ``item`` (on one device) and meta, checked against its digest;
+    or why it is damaged. ``quiet``: a checkpoint without the item counts as damaged instead
+    of raising (when listing the intact ones)."""
+    ocp = _ocp()
+    tree = None
+    try:
+        with _quiet_stderr_on_failure():
+            meta = dict(manager.restore(step, args=ocp.args.Composite(
+                meta=ocp.args.JsonRestore())).meta)
+            stored = manager.item_metadata(step).get(item)
+            if stored is not None:
+                device = jax.sharding.SingleDeviceSharding(jax.local_devices()[0])
+                target = jax.tree.map(
+                    lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=device),
+                    getattr(stored, "tree", stored))
+                tree = manager.restore(step, args=ocp.args.Composite(
+                    **{item: ocp.args.StandardRestore(target)}))[item]
+    except Exception as e:  # orbax/tensorstore raise many types for damaged files
+        return _unreadable(e)
+    checkable = _checkable(meta)
+    if tree is None:
+        if checkable and item in meta["digest"] or quiet:
+            return f"its {item} item is missing"
+        raise CheckpointError(f"checkpoint {step} in {directory} has no '{item}' item "
+                              f"(written by an older version: train with this one)")
+    problem = _digest_problem(meta, step, {item: tree}) if checkable else None
+    return problem if problem is not None else (tree, meta)

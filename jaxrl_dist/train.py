@@ -1,4 +1,5 @@
 """python -m jaxrl_dist.train CONFIG [--set KEY=VALUE ...] [--run-dir DIR] [--cpu-devices N]
+                          [--resume | --resume-from STEP]
 
 Train the config's algorithm (``algo:``, PPO by default) on every device this process (and,
 when launched by ``jaxrl_dist.launch``, every process of the job) can see. Bad input ends with
@@ -40,7 +41,11 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cpu-devices", type=int, metavar="N",
                         help="make this process see N CPU devices (simulates N accelerators)")
     parser.add_argument("--resume", action="store_true",
-                        help="continue the run in --run-dir from its latest checkpoint")
+                        help="continue the run in --run-dir from its newest intact checkpoint "
+                             "(damaged ones are named and set aside, never deleted)")
+    parser.add_argument("--resume-from", type=int, metavar="STEP",
+                        help="continue from checkpoint STEP (implies --resume); newer "
+                             "checkpoints are set aside")
     parser.add_argument("--no-progress", action="store_true", help="no live progress line")
     parser.add_argument("--help-config", action="store_true",
                         help="list every config key with its default and meaning")
@@ -65,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         build_parser().error("missing CONFIG (a YAML file such as configs/cartpole.yaml)")
     if args.cpu_devices is not None and args.cpu_devices < 1:
         build_parser().error(f"--cpu-devices must be >= 1, got {args.cpu_devices}")
+    if args.resume_from is not None and args.resume_from < 0:
+        build_parser().error(f"--resume-from must be >= 0, got {args.resume_from}")
 
     from jaxrl_dist import config as config_lib
     try:
@@ -86,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     from jaxrl_dist.trainer import train
 
     try:
-        summary = train(config, args.run_dir, resume=args.resume,
+        summary = train(config, args.run_dir, resume=args.resume, resume_from=args.resume_from,
                         progress=not args.no_progress)
     except UserError as e:   # bad input, divergence, a failed write: one line, its own code
         if distributed.process_count() > 1:  # leave without waiting at the shutdown barrier

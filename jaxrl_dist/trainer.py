@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import sys
 import time
 from pathlib import Path
 from typing import Any, NamedTuple, Sequence
@@ -48,6 +49,7 @@ def train(
     run_dir: str | Path | None = None,
     *,
     resume: bool = False,
+    resume_from: int | None = None,
     env: Any = None,
     env_params: Any = None,
     devices: Sequence[jax.Device] | None = None,
@@ -56,18 +58,20 @@ def train(
     """Train ``config.algo`` on every device (of every process); returns the run summary.
 
     ``env`` may be a user's gymnax-style environment object instead of ``config.env``.
-    ``resume`` continues the run in ``run_dir`` from its latest complete checkpoint.
+    ``resume`` continues the run in ``run_dir`` from its newest intact checkpoint (damaged
+    ones are named and set aside); ``resume_from`` (implies ``resume``) from that step's.
     """
     start = time.perf_counter()
+    resume = resume or resume_from is not None
     cache_dir = compile_cache.enable(config.compile_cache)   # before anything compiles
     distributed.initialize()
     restore_signals = distributed.install_worker_hooks()
     try:
         with matmul_precision(config):   # every program is traced inside
             before = compile_cache.counts()
-            run = setup(config=config, run_dir=run_dir, resume=resume, env=env,
-                        env_params=env_params, devices=devices, progress=progress,
-                        start=start)
+            run = setup(config=config, run_dir=run_dir, resume=resume,
+                        resume_from=resume_from, env=env, env_params=env_params,
+                        devices=devices, progress=progress, start=start)
             run.cache = {"dir": str(cache_dir) if cache_dir else None,
                          **{k: v - before[k] for k, v in compile_cache.counts().items()}}
             with tracking.finished_on_error(run.reporter):
@@ -98,7 +102,7 @@ def matmul_precision(config: Config):
 
 def setup(*, config: Config, run_dir: str | Path | None, resume: bool, env: Any,
           env_params: Any, devices: Sequence[jax.Device] | None, progress: bool,
-          start: float) -> Run:
+          start: float, resume_from: int | None = None) -> Run:
     """The run, ready to loop, in named steps: its pieces (bad input fails before anything is
     written or compiled), its run dir (and W&B run), its programs compiled beside the state's
     init or restore, its reporter, and its start (first checkpoint, first lines)."""
@@ -106,7 +110,8 @@ def setup(*, config: Config, run_dir: str | Path | None, resume: bool, env: Any,
     if distributed.is_main_process():
         tracking.check(config.wandb)   # a missing package: one line before anything is built
     parts = _build(config=config, env=env, env_params=env_params, devices=devices)
-    opened = _open_run_dir(config=config, run_dir=run_dir, resume=resume, learner=parts.learner)
+    opened = _open_run_dir(config=config, run_dir=run_dir, resume=resume,
+                           resume_from=resume_from, learner=parts.learner)
     with tracking.finished_on_error(opened.tracker):
         return _ready(config=config, parts=parts, opened=opened, resume=resume,
                       progress=progress, start=start)
@@ -190,12 +195,13 @@ class _RunDir(NamedTuple):
 
 
 def _open_run_dir(*, config: Config, run_dir: str | Path | None, resume: bool,
-                  learner: programs.Learner) -> _RunDir:
+                  resume_from: int | None, learner: programs.Learner) -> _RunDir:
     """The run dir (a new run never writes into one that holds a run) and its checkpointer.
     ``resume`` without a complete checkpoint (killed or out of disk before the first one, or
-    no dir yet) starts the run, saying so: a requeued job passes --resume every time. Every
-    process takes process 0's answer. Process 0 opens the W&B run before anything is written
-    (a failed login leaves nothing to clean up)."""
+    no dir yet) starts the run, saying so: a requeued job passes --resume every time;
+    ``resume_from`` not there is one line listing the steps that are. Every process takes
+    process 0's list. Process 0 opens the W&B run before anything is written (a failed login
+    leaves nothing to clean up)."""
     if resume and run_dir is None:
         raise RunError("--resume needs the --run-dir of the run to continue")
     path = Path(run_dir) if run_dir is not None else rundir.default_run_dir(config)
@@ -209,8 +215,14 @@ def _open_run_dir(*, config: Config, run_dir: str | Path | None, resume: bool,
         checkpointer = Checkpointer(path / "checkpoints", keep=config.keep_checkpoints,  # orbax
                                     saved=learner.agent.checkpointed,
                                     policy_params=learner.agent.policy_params)
-        restore = resume and bool(distributed.broadcast(
-            np.int32(checkpointer.latest_step() is not None)))
+        checkpointer.prepare(learner.abstract_state)   # compiles beside the run's programs
+        steps = checkpointer.steps() if resume else []
+        if resume_from is not None and resume_from not in steps:
+            raise CheckpointError(f"--resume-from {resume_from}: {path / 'checkpoints'} has "
+                                  f"no checkpoint {resume_from} (its checkpoints: "
+                                  f"{', '.join(map(str, steps)) or 'none'})")
+        checkpointer.resume_from = resume_from
+        restore = resume and bool(steps)
     note = rundir.nothing_to_resume(path, existed) if resume and not restore else None
     return _RunDir(path, checkpointer, restore, note, tracker)
 
@@ -228,12 +240,19 @@ def _seed_keys(*, config: Config, layout: sharding.Layout,
 
 def _restore(*, config: Config, learner: programs.Learner, checkpointer: Checkpointer,
              state: Any) -> tuple[Any, int]:
-    """The latest checkpoint in ``state``'s shapes and shardings, refused if it was trained
-    with another config (bookkeeping keys aside); with its number of updates."""
-    state, meta = checkpointer.restore(state)
-    state = learner.restored(state)
-    check_compatible(config_lib.with_defaults(meta["config"]), config_lib.to_dict(config))
-    return state, int(meta["updates"])
+    """The newest intact checkpoint (or the one ``resume_from`` names) in ``state``'s shapes
+    and shardings, refused if it was trained with another config (bookkeeping keys aside);
+    with its number of updates. Process 0 names each checkpoint skipped or set aside."""
+    def say(line: str) -> None:
+        if distributed.is_main_process():
+            print(line, file=sys.stderr, flush=True)
+
+    def accept(meta: dict) -> None:   # before anything is set aside
+        check_compatible(config_lib.with_defaults(meta["config"]), config_lib.to_dict(config))
+
+    state, meta = checkpointer.restore(state, step=checkpointer.resume_from, say=say,
+                                       accept=accept)
+    return learner.restored(state), int(meta["updates"])
 
 
 def _make_reporter(*, run_dir: Path, sizes: sizes_lib.Sizes, progress: bool, resume: bool,

@@ -125,15 +125,19 @@ def test_incompatible_config_is_refused_and_nothing_changes(reference, tmp_path)
 
 
 def test_corrupt_checkpoint_is_a_clear_error(reference, tmp_path):
+    """Every checkpoint corrupt: one line naming each, nothing changed (one damaged among
+    intact ones is skipped: tests/test_checkpoint_integrity.py)."""
     run = tmp_path / "run"
     shutil.copytree(reference[0], run)
-    for f in (run / "checkpoints" / "20" / "state").rglob("*"):
-        if f.is_file() and f.parent.name == "d":
-            f.write_bytes(b"\x00" * 7)
-    (run / "checkpoints" / "20" / "state" / "manifest.ocdbt").write_bytes(b"\x00" * 7)
+    for step in ("10", "15", "20"):
+        for f in (run / "checkpoints" / step / "state").rglob("*"):
+            if f.is_file() and f.parent.name == "d":
+                f.write_bytes(b"\x00" * 7)
+        (run / "checkpoints" / step / "state" / "manifest.ocdbt").write_bytes(b"\x00" * 7)
     before = _snapshot(run)
     proc, _ = train_cli(run, "--resume")
-    _one_line_error(proc, "checkpoint 20", "unreadable")
+    _one_line_error(proc, "no intact checkpoint", "20 unreadable", "15 unreadable",
+                    "10 unreadable", "nothing was changed")
     assert _snapshot(run) == before
 
 
@@ -318,6 +322,7 @@ def test_a_checkpoint_older_than_a_config_key_resumes(reference, tmp_path):
     del meta["config"]["ppo"]["grad_clip"], meta["config"]["ppo"]["network"]["init"]
     assert meta["config"]["replicate_learn"] is None
     meta["config"]["replicate_learn"] = False
+    del meta["digest"]   # as old, it has no digest either (an edited record would not match it)
     meta_file.write_text(json.dumps(meta))
     proc, resumed = train_cli(run, "--resume")
     assert proc.returncode == 0, proc.stderr[-3000:]

@@ -60,6 +60,8 @@ def plan(cfg: LaunchConfig, base_env: dict | None = None, resume: bool = False
         set_xla_env(cfg.cpu_devices_per_proc, xla)  # the same flag logic as the trainer CLI
         env.update(xla)
         args = list(cfg.trainer_args)
+        if resume:   # a restart continues from the newest checkpoint: the attempt before
+            args = without_resume_from(args)   # it saved past the --resume-from step
         if resume and "--resume" not in args:
             args.append("--resume")
         if rank != 0 and "--no-progress" not in args:
@@ -74,6 +76,19 @@ def plan(cfg: LaunchConfig, base_env: dict | None = None, resume: bool = False
                                   cfg.log_dir / f"rank{rank}.error",
                                   cfg.log_dir / f"rank{rank}.heartbeat", cpus))
     return workers
+
+
+def without_resume_from(args: list[str]) -> list[str]:
+    """The trainer's arguments less ``--resume-from STEP`` (or ``--resume-from=STEP``)."""
+    out, skip = [], False
+    for arg in args:
+        if skip:
+            skip = False
+        elif arg == "--resume-from":
+            skip = True
+        elif not arg.startswith("--resume-from="):
+            out.append(arg)
+    return out
 
 
 def banner(cfg: LaunchConfig) -> str:
