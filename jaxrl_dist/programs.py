@@ -196,8 +196,8 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
     E, T = sizes.local_envs, agent.steps_per_env
     specs = RunState(layout.train, layout.envs, layout.envs)
     host = spec.on_host   # stepped by the host driver (jaxrl_dist.drivers.host)
-    agent, env_inputs, input_specs = _environments(agent, spec, layout, E * layout.data_size,
-                                                   settings.eval_episodes)
+    agent, env_inputs, input_specs = _environments(agent, spec, layout, host,
+                                                   E * layout.data_size, settings.eval_episodes)
 
     def params_of(seed_key):
         return agent.init_params(keys.of_seed(seed_key).params)
@@ -306,7 +306,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
                    _restored(agent, layout, smap), learn_next)
 
 
-def _environments(agent: Agent, spec: EnvSpec, layout: Layout, num_envs: int,
+def _environments(agent: Agent, spec: EnvSpec, layout: Layout, host: bool, num_envs: int,
                   eval_episodes: int) -> tuple[Agent, EnvInputs, EnvInputs]:
     """The agent as the programs keep it for ``spec`` (no actors in checkpoints when the
     environments' state lives outside JAX), and what the programs take besides the state (a
@@ -318,7 +318,7 @@ def _environments(agent: Agent, spec: EnvSpec, layout: Layout, num_envs: int,
                            f"outside JAX ({AUTORESETS[spec.autoreset]}) yet; train each seed "
                            f"as its own run")
         agent = agent._replace(checkpointed=agent.checkpointed._replace(actors=False))
-    inputs = None if spec.on_host else envs_lib.program_inputs(
+    inputs = None if host else envs_lib.program_inputs(
         spec, layout.sharding(layout.envs), num_envs, eval_episodes)
     if inputs is None:
         return agent, EnvInputs(), EnvInputs()
