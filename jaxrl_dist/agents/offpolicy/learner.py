@@ -344,7 +344,7 @@ def make_agent(algo: str, c: OffPolicyConfig, sizes: Sizes, spec: EnvSpec,
             if not sac:
                 train = train._replace(target=polyak(
                     hp["tau"], {"critic": new["critic"], "actor": new["actor"]}, train.target))
-            return train, (actor_stats, optax.global_norm(grads["actor"]))
+            return train, (actor_stats, optax.tree.norm(grads["actor"]))
 
         if c.policy_delay == 1:
             train, (actor_stats, actor_norm) = actor_step(train)
