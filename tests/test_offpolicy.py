@@ -225,7 +225,8 @@ def test_kill_9_then_resume_ends_where_the_uninterrupted_run_ends(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert f"resuming at {meta['updates']}" in proc.stderr
     assert resumed["param_fingerprint"] == reference["param_fingerprint"]
-    assert resumed["rebuilt_on_resume"] == []
+    saved = json.loads((run / "summary.json").read_text())
+    assert saved["rebuilt_on_resume"] == [] and saved["updates"] == 40   # buffer restored
 
 
 @pytest.mark.slow
