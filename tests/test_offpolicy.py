@@ -198,6 +198,31 @@ def test_a_host_env_gives_the_same_parameters_on_1_and_2_devices(tmp_path):
     assert runs[1]["checkpointed"] == ["train", "data"]    # host actors start fresh episodes
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_population_member_is_its_single_run(tmp_path):
+    """2 seeds x 2 actor learning rates x 2 exploration noises of TD3 in ONE program == each
+    member's own run: the swept values are arrays in the train state, acting included."""
+    from jaxrl_dist import population
+    from jaxrl_dist.checkpoint import read_checkpoint
+
+    config = config_lib.from_dict({**TD3, "population": dict(
+        seeds=[5, 6], sweep={"td3.actor_lr": [1e-3, 3e-3], "td3.exploration_noise": [0.1, 0.3]})})
+    summary = train(config, tmp_path / "pop", devices=jax.devices()[:2], progress=False)
+    assert summary["population"]["size"] == 8
+    k = 7   # seed 6, actor_lr 3e-3, exploration noise 0.3 (seed varies fastest)
+    member = summary["members"][k]
+    assert (member["seed"], member["td3.actor_lr"], member["td3.exploration_noise"]) == \
+        (6, 3e-3, 0.3)
+    train(population.member_config(config, k), tmp_path / "single", devices=jax.devices()[:2],
+          progress=False)
+    pop, _ = read_checkpoint(tmp_path / "pop" / "checkpoints")
+    one, _ = read_checkpoint(tmp_path / "single" / "checkpoints")
+    assert max_rel_diff(jax.tree.map(lambda x: x[k], pop["train"]["params"]),
+                        one["train"]["params"]) <= 1e-5
+    assert len({m["param_fingerprint"] for m in summary["members"]}) == 8
+
+
 # ------------------------------------------------------------------------ resumes, launcher
 
 def _write(tmp_path, config):
