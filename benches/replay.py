@@ -32,7 +32,7 @@ def bench_replay(args) -> tuple[list[dict], str]:
     from jaxrl_dist import sharding
     from jaxrl_dist import sizes as sizes_lib
     from jaxrl_dist.programs import make_learner
-    from jaxrl_dist.agents.dqn import replay as replay_lib
+    from jaxrl_dist.agents.replay import buffer as replay_lib
     from jaxrl_dist.checkpoint import Checkpointer
     from jaxrl_dist.envs import from_config
     from jaxrl_dist.types import RunState

@@ -90,3 +90,28 @@ class DiagGaussian(NamedTuple):
 
     def entropy(self) -> jax.Array:
         return jnp.sum(self.log_std + 0.5 * (1.0 + _LOG_2PI), axis=-1)
+
+
+class TanhGaussian(NamedTuple):
+    """A Gaussian over u squashed by tanh: the action a = tanh(u) lies in (-1, 1) (SAC's
+    actor; the learner rescales it to the bounds). Unlike :class:`DiagGaussian`, whose
+    learner stores u, its log-density is that of ``a`` (change of variables)::
+
+        log p(a) = sum_i [ log N(u_i; mean_i, std_i) - log(1 - tanh(u_i)^2) ]
+        log(1 - tanh(u)^2) = 2 (log 2 - u - softplus(-2 u))      (exact, finite for any u)
+
+    so entropy terms and SAC's targets are in the units of the action the critics see."""
+
+    mean: jax.Array      # [..., A]
+    log_std: jax.Array   # [..., A]
+
+    def sample_and_log_prob(self, normal: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """(a [..., A], log p(a) [...]) of the draw u = mean + std * ``normal``."""
+        u = self.mean + jnp.exp(self.log_std) * normal
+        gaussian = jnp.sum(-0.5 * normal**2 - self.log_std - 0.5 * _LOG_2PI, axis=-1)
+        log_det = jnp.sum(2.0 * (np.log(2.0) - u - jax.nn.softplus(-2.0 * u)), axis=-1)
+        return jnp.tanh(u), gaussian - log_det
+
+    def mode(self) -> jax.Array:
+        """tanh(mean): the deterministic action (evaluation, export)."""
+        return jnp.tanh(self.mean)

@@ -160,7 +160,8 @@ def check_replicas(params: Any, layout: Layout) -> None:
                 raise RunError(f"parameter replicas differ between the local devices of process "
                                f"{distributed.process_index()}")
             copies.setdefault(index, data)
-        for index, data in sorted(copies.items(), key=lambda kv: kv[0][0][0] or 0):
+        # a 0-d leaf (SAC's log alpha) has the empty index ()
+        for index, data in sorted(copies.items(), key=lambda kv: (kv[0] or ((0, 0),))[0][0] or 0):
             if not layout.members:
                 digests[0].update(data.tobytes())
                 held.add(0)

@@ -40,13 +40,14 @@ def tiny_config():
 # The smoke tier (`pytest -m smoke`): what CI runs again on Python 3.12 with the newest JAX the
 # pins allow, one test per capability: train, the launcher on 2 processes, resume, DQN, an
 # environment suite, a host (Gymnasium) environment, the compile cache's version-guarded patch,
-# the import graph, recurrent PPO's replay, the ONNX export (feed-forward and recurrent).
+# the import graph, recurrent PPO's replay, the ONNX export (feed-forward and recurrent), SAC.
 SMOKE = {
     "tests/test_train.py::test_cartpole_learns_and_writes_run_files",
     "tests/test_launch.py::test_two_processes_match_one_process_four_devices",
     "tests/test_lifecycle.py::test_exact_resume_after_kill_9",
     "tests/test_qlearning.py::test_gradient_is_the_global_batch_mean[1]",
     "tests/test_qlearning.py::test_checkpoint_holds_the_buffer_and_resumes_exactly",
+    "tests/test_offpolicy.py::test_same_parameters_on_1_and_2_devices[sac]",
     "tests/test_env_suites.py::test_adapter_step_equals_library_step[jumanji]",
     "tests/test_compile_cache.py::test_every_process_writes_its_cpu_entries_on_the_supported_jax",
     "tests/test_compile_cache.py::test_second_run_reads_every_program_from_the_cache",
@@ -153,7 +154,8 @@ SLOW_FILES = ("tests/test_configs.py",)
 HEAVY_FIRST = (
     "tests/test_configs.py", "tests/test_recurrent.py", "tests/test_ale.py",
     "tests/test_lifecycle.py", "tests/test_host_envs.py", "tests/test_faults.py",
-    "tests/test_env_suites.py", "tests/test_qlearning.py", "tests/test_launch.py",
+    "tests/test_env_suites.py", "tests/test_qlearning.py", "tests/test_offpolicy.py",
+    "tests/test_launch.py",
     "tests/test_population.py", "tests/test_learning.py", "tests/test_seams.py",
     "tests/test_update.py", "tests/test_export.py", "tests/test_compile_cache.py",
     "tests/test_train.py", "tests/test_stabilisers.py", "tests/test_recipes.py",

@@ -84,7 +84,7 @@ def test_a_replay_sample_at_a_reset_step_weighs_nothing_and_a_time_limit_bootstr
     """A pool's buffer: the row after an end is stored (its observation is where the episode
     stopped) but a sample drawn there has weight 0; a window cut by a time limit bootstraps
     from that next row with discount gamma^k."""
-    from jaxrl_dist.agents.dqn import replay as replay_lib
+    from jaxrl_dist.agents.replay import buffer as replay_lib
     from jaxrl_dist.types import Transition
 
     L, n, gamma = 8, 3, 0.5
@@ -244,7 +244,7 @@ def test_after_new_games_the_newest_rows_weigh_nothing():
     """A resume starts new games in the pools; the buffer's newest n rows per column would
     run on into them with no end between, so ``replay.cut`` gives them weight 0 (and only
     them)."""
-    from jaxrl_dist.agents.dqn import replay as replay_lib
+    from jaxrl_dist.agents.replay import buffer as replay_lib
 
     data = replay_lib.init(2, 6, 1, (1,), jnp.float32, False, pool=True)
     data = data._replace(valid=jnp.ones((2, 6, 1), bool), position=jnp.array([4, 4]),

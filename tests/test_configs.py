@@ -34,8 +34,8 @@ def test_shipped_config_trains_two_updates(path, tmp_path):
                     f"JAXRL_DIST_FULL_ENV_TESTS=1")
     batch = sizes_lib.derive_sizes(config, 1).batch_size
     overrides = [f"total_timesteps={2 * batch}", "updates_per_call=1", "eval_episodes=2"]
-    if config.algo == "dqn":   # learn in the second update
-        overrides.append(f"dqn.learning_starts={batch}")
+    if hasattr(config.agent, "learning_starts"):   # a replay's warm-up: learn in the second
+        overrides.append(f"{config.algo}.learning_starts={batch}")   # update
     config = config_lib.load(path, overrides)
     summary = train(config, tmp_path / "run", devices=jax.devices()[:1], progress=False)
     assert summary["status"] == "completed" and summary["updates"] == 2, summary["status"]

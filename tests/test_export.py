@@ -1,5 +1,5 @@
-"""``python -m jaxrl_dist.export``: every network the trainer builds (feed-forward, and recurrent
-PPO stepping its carry), as ONNX (and StableHLO), acts as ``policy.load`` does; a mismatch writes
+"""``python -m jaxrl_dist.export``: every network the trainer builds (feed-forward, recurrent
+PPO stepping its carry, SAC's and TD3's actors), as ONNX (and StableHLO), acts as ``policy.load`` does; a mismatch writes
 nothing; bad input is one line. A plug-in algorithm (tests/toy_learner.py) exports through its
 registry record's emitter, and one without an emitter is a one-line error.
 
@@ -316,6 +316,33 @@ def test_continuous_tanh_squashed_into_asymmetric_bounds(tmp_path):
     np.testing.assert_allclose(got, _policy_actions(policy, observations), atol=1e-5, rtol=0)
     assert np.all(got >= [-1.0, 0.0]) and np.all(got <= [2.0, 0.5])
     assert result.max_diff <= 1e-5
+
+
+def test_sac_tanh_mean_rescaled_into_asymmetric_bounds_with_normalisation(tmp_path):
+    """SAC's deterministic action: tanh of the mean head (the log-std head mapped and unused),
+    from [-1, 1] onto asymmetric bounds, on normalised observations."""
+    env = _env("brax:toy", [5], 2, continuous=True, low=[-1.0, 0.0], high=[2.0, 0.5])
+    section = {"normalize_observations": True,
+               "network": {"actor_hidden": [16, 16], "critic_hidden": [8]}}
+    policy, result = _export(tmp_path, "sac", section, env)
+    observations = parity.sampled_observations(policy.spec, 126, seed=5) * 10
+    got = _session(result.onnx_path).run(["actions"], {"obs": observations})[0]
+    np.testing.assert_allclose(got, _policy_actions(policy, observations), atol=1e-5, rtol=0)
+    assert np.all(got >= [-1.0, 0.0]) and np.all(got <= [2.0, 0.5]) and got.shape == (126, 2)
+    assert np.ptp(got[:, 1]) > 0.05                       # not a constant: the graph acts
+    assert result.max_diff <= 1e-5 and {"Tanh", "Clip"} <= _ops(result.onnx_path)
+
+
+def test_td3_actor_output_on_flattened_grid_observations(tmp_path):
+    """TD3's deterministic action: the actor's tanh output on [H, W] observations (flattened),
+    rescaled onto the bounds; no observation normalisation, at opset 11."""
+    env = _env("Pendulum-v1", [2, 3], 1, continuous=True, low=[-2.0], high=[2.0])
+    section = {"network": {"actor_hidden": [16], "activation": "tanh"}}
+    policy, result = _export(tmp_path, "td3", section, env, opset=11)
+    observations = parity.sampled_observations(policy.spec, 63, seed=6)
+    got = _session(result.onnx_path).run(["actions"], {"obs": observations})[0]
+    np.testing.assert_allclose(got, _policy_actions(policy, observations), atol=1e-5, rtol=0)
+    assert np.all(np.abs(got) <= 2.0) and got.shape == (63, 1) and result.max_diff <= 1e-5
 
 
 def test_every_activation_the_configs_allow(tmp_path):

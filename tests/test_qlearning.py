@@ -14,7 +14,7 @@ from helpers import max_rel_diff, train_in_process
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import population, sharding
 from jaxrl_dist import sizes as sizes_lib
-from jaxrl_dist.agents.dqn import replay as replay_lib
+from jaxrl_dist.agents.replay import buffer as replay_lib
 from jaxrl_dist.agents.pqn.learner import q_lambda_targets
 from jaxrl_dist.agents.qnet import networks as qnet
 from jaxrl_dist.checkpoint import read_checkpoint

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from jaxrl_dist.agents.algorithm import Algorithm, sweep_keys
+from jaxrl_dist.agents.replay import config as replay_config
 from jaxrl_dist.agents.qnet.config import (LOSSES, QNetworkConfig, check_exploration,
                                            check_network, check_optimizer)
 from jaxrl_dist.errors import require
@@ -77,49 +78,22 @@ HPARAMS = ("learning_rate", "gamma", "epsilon_start", "epsilon_end", "epsilon_de
 
 
 def check(d: DQNConfig) -> None:
-    for name in ("num_steps", "gradient_steps", "batch_size", "buffer_size", "buffer_shards",
-                 "n_step", "target_update_period"):
+    for name in ("num_steps", "gradient_steps", "n_step", "target_update_period"):
         require(getattr(d, name) >= 1, f"dqn.{name} must be >= 1, got {getattr(d, name)}")
-    require(d.learning_starts >= 0, f"dqn.learning_starts must be >= 0, got {d.learning_starts}")
+    replay_config.check(d, "dqn")
     require(0.0 < d.target_tau <= 1.0, f"dqn.target_tau must be in (0, 1], got {d.target_tau}")
     require(d.loss in LOSSES, f"dqn.loss must be one of {', '.join(LOSSES)}, got {d.loss!r}")
     require(d.huber_delta > 0, f"dqn.huber_delta must be > 0, got {d.huber_delta}")
     require(d.obs_storage in OBS_STORAGE, f"dqn.obs_storage must be one of "
             f"{', '.join(OBS_STORAGE)}, got {d.obs_storage!r}")
-    require(d.batch_size % d.buffer_shards == 0,
-            f"dqn.batch_size ({d.batch_size}) must be divisible by dqn.buffer_shards "
-            f"({d.buffer_shards}): every shard serves an equal part of each batch")
     check_optimizer(d, "dqn")
     check_exploration(d, "dqn")
     check_network(d.network, "dqn")
 
 
 def check_run(d: DQNConfig, config) -> None:
-    """Checks that need the run's sizes (num_envs, total_timesteps)."""
-    envs, per_update = config.num_envs, config.num_envs * d.num_steps
-    require(envs % d.buffer_shards == 0,
-            f"num_envs ({envs}) must be divisible by dqn.buffer_shards ({d.buffer_shards}): "
-            f"each shard stores whole environments' transitions")
-    require(d.buffer_size % per_update == 0,
-            f"dqn.buffer_size ({d.buffer_size}) must be a multiple of num_envs x dqn.num_steps "
-            f"({per_update}): the buffer stores whole updates; e.g. "
-            f"{max(1, d.buffer_size // per_update) * per_update}")
-    rows = d.buffer_size // envs
-    require(rows > d.n_step,
-            f"dqn.buffer_size ({d.buffer_size}) is too small for dqn.n_step ({d.n_step}): each "
-            f"environment needs more than n_step stored steps; raise it to at least "
-            f"{-(-(d.n_step + 1) * envs // per_update) * per_update}")
-    require(d.buffer_size >= d.batch_size,
-            f"dqn.buffer_size ({d.buffer_size}) is smaller than one batch (dqn.batch_size "
-            f"{d.batch_size})")
-    require(d.learning_starts <= d.buffer_size,
-            f"dqn.learning_starts ({d.learning_starts}) exceeds dqn.buffer_size "
-            f"({d.buffer_size}): the buffer could never hold the warm-up")
-    updates = config.total_timesteps // per_update
-    require(max(d.learning_starts, (d.n_step + 1) * envs) <= updates * per_update,
-            f"dqn.learning_starts ({d.learning_starts}) or dqn.n_step ({d.n_step}) is not "
-            f"shorter than the run ({updates * per_update} env steps): it would never learn; "
-            f"lower it or raise total_timesteps")
+    """Checks that need the run's sizes (num_envs, total_timesteps): the replay's."""
+    replay_config.check_run(d, config, "dqn", d.n_step)
 
 
 ALGORITHM = Algorithm(

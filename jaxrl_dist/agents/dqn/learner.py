@@ -19,12 +19,11 @@ import optax
 from jaxrl_dist import rollout
 from jaxrl_dist.agents.algorithm import hyperparameters
 from jaxrl_dist.agents.base import EPISODE_METRICS, Agent
-from jaxrl_dist.agents.dqn import replay as replay_lib
 from jaxrl_dist.agents.dqn.config import HPARAMS, DQNConfig
 from jaxrl_dist.agents.optimizer import make_optimizer
 from jaxrl_dist.agents.qnet import networks as qnet
+from jaxrl_dist.agents.replay import buffer as replay_lib
 from jaxrl_dist.envs import EnvSpec
-from jaxrl_dist.errors import ConfigError
 from jaxrl_dist.gradients import global_mean_grad
 from jaxrl_dist.sharding import Layout
 from jaxrl_dist.sizes import Sizes
@@ -50,16 +49,8 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
     net = qnet.make_q_network(d.network, spec)
     td_loss = qnet.make_td_loss(net, d.loss)
     axis, devices = layout.data_axis, layout.data_size
-    if d.buffer_shards % devices:
-        raise ConfigError(
-            f"dqn.buffer_shards ({d.buffer_shards}) must be a multiple of the number of devices "
-            f"each member's environments are split over ({devices}): a device holds whole "
-            f"shards. Choose a shard count that every device count you use divides (e.g. 8 for "
-            f"1, 2, 4 or 8 devices); the results depend on it, not on the device count")
-    shards_local = d.buffer_shards // devices
-    envs_per_shard = sizes.local_envs // shards_local
-    rows = d.buffer_size // (sizes.local_envs * devices)
-    per_shard_batch = d.batch_size // d.buffer_shards
+    shards = replay_lib.plan("dqn", d.buffer_shards, d.buffer_size, d.batch_size,
+                             sizes.local_envs, devices)
     obs_dtype = jnp.uint8 if d.obs_storage == "uint8" else jnp.float32
     per_update = sizes.batch_size            # global env steps per update
     pool = spec.resets_late             # final observations are in the next row
@@ -71,8 +62,9 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         hp = hyperparameters(d, HPARAMS, swept)
         train = TrainState(params, params, make_optimizer(d, hp).init(params), key,
                            jnp.int32(0), jnp.int32(0), swept)
-        data = replay_lib.init(shards_local, rows, envs_per_shard, spec.obs_shape, obs_dtype,
-                               d.bootstrap_truncation and not pool, pool)
+        data = replay_lib.init(shards.shards_local, shards.rows, shards.envs_per_shard,
+                               spec.obs_shape, obs_dtype, d.bootstrap_truncation and not pool,
+                               pool)
         return train, data
 
     def acting(train):
@@ -85,14 +77,14 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         steps = trajectory.steps
         hp = hp_of(train)
         data = replay_lib.add(data, steps)
-        shard_ids = jax.lax.axis_index(axis) * shards_local + jnp.arange(shards_local)
+        shard_ids = replay_lib.shard_ids(shards, axis)
         # The fill is the same on every shard; summed with the episode statistics (ONE
         # all-reduce: between processes each costs a round trip) so the decision is visibly
         # replicated.
         sums = jax.lax.psum({**rollout.episode_sums(steps),
                              "rows": data.rows[0].astype(jnp.float32)}, axis)
-        rows_filled = (sums.pop("rows") / devices).astype(jnp.int32)
-        transitions = rows_filled * (sizes.local_envs * devices)
+        rows_filled, transitions = replay_lib.filled(sums.pop("rows"), devices,
+                                                     sizes.local_envs * devices)
         learning = (transitions >= d.learning_starts) & (rows_filled > d.n_step)
         if layout.members:   # the same for every member (nothing it depends on is swept):
             # agreed over them, so the cond stays a branch, not a select running both sides
@@ -121,7 +113,8 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         return train._replace(update=train.update + 1), data, metrics
 
     def gradient_step(hp, optimizer, data, shard_ids, train, key):
-        batch = replay_lib.sample(data, key, shard_ids, per_shard_batch, d.n_step, hp["gamma"])
+        batch = replay_lib.sample(data, key, shard_ids, shards.per_shard_batch, d.n_step,
+                                  hp["gamma"])
         next_q_target = net.apply(train.target_params, batch.next_obs)
         if d.double:
             next_action = jnp.argmax(net.apply(train.params, batch.next_obs), axis=-1)

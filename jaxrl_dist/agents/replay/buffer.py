@@ -1,4 +1,5 @@
-"""A uniform replay buffer in a FIXED number of shards, laid out along the data axis.
+"""A uniform replay buffer in a FIXED number of shards, laid out along the data axis: the one
+replay of every off-policy learner (DQN's discrete actions, SAC's and TD3's continuous ones).
 
 Why shards from the config: peers keep one buffer per device (Stoix, Brax SAC, flashbax's
 examples), so what a batch can contain changes with the device count, and so do the results.
@@ -17,6 +18,10 @@ Each shard is a ring of ``L`` rows (time) x ``K`` columns (environments): an upd
 ``T`` rows at the write position, shared by all shards, so n-step windows are contiguous rows of
 one column. Every shard of a device has the same position and fill; they are stored per shard
 (``[S_local]``) so a buffer left out of a checkpoint comes back empty with them.
+
+Actions are stored as the learner gives them: int32 indices (``action_shape`` ``()``), or float
+vectors ``[A]`` (``action_shape`` ``(A,)``, float32). :func:`plan` is where a config's global
+sizes meet the device count (the shards each device holds, their rows and batch share).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any, NamedTuple
 import jax
 import jax.numpy as jnp
 
+from jaxrl_dist.errors import ConfigError
 from jaxrl_dist.types import Transition
 
 
@@ -33,7 +39,7 @@ class Replay(NamedTuple):
     """One device's shards; every array leads with [S_local, L, K] except the counters."""
 
     obs: jax.Array            # the observation acted on (storage dtype)
-    action: jax.Array         # int32
+    action: jax.Array         # int32 [...], or float32 [..., A] (continuous)
     reward: jax.Array         # float32
     terminated: jax.Array     # bool
     truncated: jax.Array      # bool
@@ -54,14 +60,55 @@ class NStep(NamedTuple):
     weight: Any = None        # [B] 0 for a sample at a pool's reset step, else 1 (None: all 1)
 
 
+class Plan(NamedTuple):
+    """A buffer's layout on ONE device, from the config's global sizes."""
+
+    shards_local: int      # shards this device holds (buffer_shards / devices)
+    envs_per_shard: int    # K: environments whose transitions a shard stores
+    rows: int              # L: steps each environment keeps (buffer_size / num_envs)
+    per_shard_batch: int   # samples each shard draws per batch (batch_size / buffer_shards)
+
+
+def plan(prefix: str, buffer_shards: int, buffer_size: int, batch_size: int, local_envs: int,
+         devices: int) -> Plan:
+    """The layout of ``buffer_shards`` shards over ``devices`` devices of ``local_envs``
+    environments each; ``prefix`` names the config section in the error a shard count that
+    the devices do not divide is (the config's own checks, :mod:`.config`, ran before)."""
+    if buffer_shards % devices:
+        raise ConfigError(
+            f"{prefix}.buffer_shards ({buffer_shards}) must be a multiple of the number of "
+            f"devices each member's environments are split over ({devices}): a device holds "
+            f"whole shards. Choose a shard count that every device count you use divides (e.g. "
+            f"8 for 1, 2, 4 or 8 devices); the results depend on it, not on the device count")
+    shards_local = buffer_shards // devices
+    return Plan(shards_local, local_envs // shards_local, buffer_size // (local_envs * devices),
+                batch_size // buffer_shards)
+
+
+def shard_ids(p: Plan, axis: str) -> jax.Array:
+    """The GLOBAL indices of this device's shards (inside a shard_map over ``axis``)."""
+    return jax.lax.axis_index(axis) * p.shards_local + jnp.arange(p.shards_local)
+
+
+def filled(rows_sum: jax.Array, devices: int, num_envs: int) -> tuple[jax.Array, jax.Array]:
+    """(rows each environment has stored, GLOBAL transitions stored) from ``rows_sum``, the
+    sum over the data axis of every device's ``replay.rows[0]`` (learners add it to the
+    ``psum`` of their other statistics: one all-reduce, and a visibly replicated value that
+    every device and process decides on alike)."""
+    rows = (rows_sum / devices).astype(jnp.int32)
+    return rows, rows * num_envs
+
+
 def init(shards: int, rows: int, envs_per_shard: int, obs_shape: tuple[int, ...],
-         obs_dtype: Any, store_final_obs: bool, pool: bool = False) -> Replay:
+         obs_dtype: Any, store_final_obs: bool, pool: bool = False,
+         action_shape: tuple[int, ...] = (), action_dtype: Any = jnp.int32) -> Replay:
     """``pool``: the environments are a pool (``envs.pool``): store each step's validity and
-    bootstrap a time limit from the next row (``store_final_obs`` must then be False)."""
+    bootstrap a time limit from the next row (``store_final_obs`` must then be False).
+    ``action_shape``/``action_dtype``: one action's, ``()`` int32 for discrete actions."""
     def zeros(dtype, *shape):
         return jnp.zeros((shards, rows, envs_per_shard, *shape), dtype)
 
-    return Replay(obs=zeros(obs_dtype, *obs_shape), action=zeros(jnp.int32),
+    return Replay(obs=zeros(obs_dtype, *obs_shape), action=zeros(action_dtype, *action_shape),
                   reward=zeros(jnp.float32), terminated=zeros(bool), truncated=zeros(bool),
                   final_obs=zeros(obs_dtype, *obs_shape) if store_final_obs else None,
                   valid=zeros(bool) if pool else None, position=jnp.zeros(shards, jnp.int32),

@@ -1,0 +1,158 @@
+"""The sections of the off-policy actor-critics (``sac:``, ``td3:``), their checks, their scalar
+hyperparameters and their registry records (:mod:`jaxrl_dist.agents` registers both). jax-free.
+
+SAC and TD3 share every key of :class:`OffPolicyConfig` (the replay, the twin critics and their
+Polyak targets, the learning rates, the networks); each adds its actor's own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from jaxrl_dist.agents.algorithm import Algorithm, sweep_keys
+from jaxrl_dist.agents.choices import ACTIVATIONS, GRAD_CLIPS
+from jaxrl_dist.agents.replay import config as replay_config
+from jaxrl_dist.errors import require
+from jaxrl_dist.typed import doc as _doc
+
+
+@dataclass(frozen=True, kw_only=True)
+class NetworkConfig:
+    actor_hidden: tuple[int, ...] = _doc("actor MLP hidden sizes", default=(256, 256))
+    critic_hidden: tuple[int, ...] = _doc("each critic's MLP hidden sizes (input: the "
+                                          "observation and the action)", default=(256, 256))
+    activation: str = _doc(f"hidden activation, one of {', '.join(ACTIVATIONS)}", default="relu")
+    num_critics: int = _doc("critics in the ensemble (one vmapped network); targets take the "
+                            "minimum over all of them (2: the twin critics of SAC and TD3)",
+                            default=2)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OffPolicyConfig:
+    num_steps: int = _doc("env steps per environment collected per update (the global batch "
+                          "of env steps is num_envs x num_steps)", default=1)
+    utd: int = _doc("gradient steps per update, i.e. per global batch of num_envs x num_steps "
+                    "env steps (SB3's gradient_steps with train_freq = num_steps); run as one "
+                    "scan inside the update", default=1)
+    batch_size: int = _doc("GLOBAL transitions sampled per gradient step (batch_size / "
+                           "buffer_shards from each shard)", default=256)
+    buffer_size: int = _doc("GLOBAL replay capacity in transitions (a multiple of num_envs x "
+                            "num_steps); the oldest are overwritten", default=1_000_000)
+    buffer_shards: int = _doc("the replay buffer's shard count, FIXED by the config so results "
+                              "do not depend on the device count: each shard holds num_envs / "
+                              "buffer_shards environments' transitions and serves batch_size / "
+                              "buffer_shards of each batch; a multiple of the device count",
+                              default=1)
+    learning_starts: int = _doc("global env steps of uniformly random actions (in the action "
+                                "bounds) before the first gradient step", default=5_000)
+    gamma: float = _doc("discount factor", default=0.99)
+    tau: float = _doc("Polyak step of the target networks: target <- tau x online + (1 - tau) "
+                      "x target", default=0.005)
+    policy_delay: int = _doc("gradient steps per actor step: the critics take every one, the "
+                             "actor (and, for td3, the targets) every policy_delay-th",
+                             default=1)
+    actor_lr: float = _doc("Adam learning rate of the actor", default=3e-4)
+    critic_lr: float = _doc("Adam learning rate of the critics", default=3e-4)
+    adam_eps: float = _doc("Adam epsilon", default=1e-8)
+    max_grad_norm: float | None = _doc("gradient clipping threshold of each network (see "
+                                       "grad_clip); null = off", default=None)
+    grad_clip: str = _doc("global_norm: a gradient rescaled to norm <= max_grad_norm; element: "
+                          "every element clipped to +-max_grad_norm", default="global_norm")
+    bootstrap_truncation: bool = _doc("bootstrap from the real final observation at a time "
+                                      "limit (the buffer then stores each step's final "
+                                      "observation: 2x observation memory); false = a time "
+                                      "limit ends the return like a terminal state",
+                                      default=True)
+    normalize_observations: bool = _doc("running observation normalisation (moments over "
+                                        "every process's rollouts; stored observations stay "
+                                        "raw and are normalised when sampled)", default=False)
+    checkpoint_buffer: bool = _doc("checkpoints hold the replay buffer (exact resume); false = "
+                                   "smaller checkpoints, a resumed run refills the buffer to "
+                                   "learning_starts before learning again", default=True)
+    network: NetworkConfig = field(default_factory=NetworkConfig)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SACConfig(OffPolicyConfig):
+    alpha_lr: float = _doc("Adam learning rate of log(alpha), the entropy coefficient's "
+                           "(autotune)", default=3e-4)
+    alpha: float = _doc("the entropy coefficient: its initial value with autotune, else "
+                        "fixed", default=1.0)
+    autotune: bool = _doc("tune alpha so the policy's entropy tracks target_entropy",
+                          default=True)
+    target_entropy: float | None = _doc("the entropy autotune aims for, in nats of the [-1, 1] "
+                                        "action; null = -(action size)", default=None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TD3Config(OffPolicyConfig):
+    learning_starts: int = _doc("global env steps of uniformly random actions (in the action "
+                                "bounds) before the first gradient step", default=25_000)
+    policy_delay: int = _doc("gradient steps per actor step: the critics take every one, the "
+                             "actor and the targets every policy_delay-th", default=2)
+    exploration_noise: float = _doc("std of the Gaussian noise added to the actor's action "
+                                    "when acting, in [-1, 1] units (then clipped)", default=0.1)
+    policy_noise: float = _doc("target policy smoothing: std of the noise added to the target "
+                               "actor's action, in [-1, 1] units", default=0.2)
+    noise_clip: float = _doc("target policy smoothing: that noise clipped to +-noise_clip",
+                             default=0.5)
+
+
+# The update's scalar hyperparameters, the keys a population may sweep: members of a sweep
+# differ in array values only.
+COMMON_HPARAMS = ("actor_lr", "critic_lr", "gamma", "tau", "max_grad_norm")
+SAC_HPARAMS = (*COMMON_HPARAMS, "alpha_lr")
+TD3_HPARAMS = (*COMMON_HPARAMS, "exploration_noise", "policy_noise", "noise_clip")
+
+
+def _check_common(c: OffPolicyConfig, prefix: str) -> None:
+    for name in ("num_steps", "utd", "policy_delay"):
+        require(getattr(c, name) >= 1, f"{prefix}.{name} must be >= 1, got {getattr(c, name)}")
+    replay_config.check(c, prefix)
+    require(0.0 <= c.gamma <= 1.0, f"{prefix}.gamma must be in [0, 1], got {c.gamma}")
+    require(0.0 < c.tau <= 1.0, f"{prefix}.tau must be in (0, 1], got {c.tau}")
+    for name in ("actor_lr", "critic_lr", "adam_eps"):
+        require(getattr(c, name) > 0, f"{prefix}.{name} must be > 0, got {getattr(c, name)}")
+    require(c.max_grad_norm is None or c.max_grad_norm > 0,
+            f"{prefix}.max_grad_norm must be > 0 or null (no clipping), got {c.max_grad_norm}")
+    require(c.grad_clip in GRAD_CLIPS, f"{prefix}.grad_clip must be one of "
+            f"{', '.join(GRAD_CLIPS)}, got {c.grad_clip!r}")
+    n = c.network
+    require(n.activation in ACTIVATIONS, f"{prefix}.network.activation must be one of "
+            f"{', '.join(ACTIVATIONS)}, got {n.activation!r}")
+    for name in ("actor_hidden", "critic_hidden"):
+        sizes = getattr(n, name)
+        require(all(s >= 1 for s in sizes),
+                f"{prefix}.network.{name} sizes must be >= 1, got {list(sizes)}")
+    require(n.num_critics >= 1, f"{prefix}.network.num_critics must be >= 1, got "
+            f"{n.num_critics}")
+
+
+def check_sac(c: SACConfig) -> None:
+    _check_common(c, "sac")
+    require(c.alpha_lr > 0, f"sac.alpha_lr must be > 0, got {c.alpha_lr}")
+    require(c.alpha > 0, f"sac.alpha must be > 0 (it is learned as log(alpha)), got {c.alpha}")
+
+
+def check_td3(c: TD3Config) -> None:
+    _check_common(c, "td3")
+    for name in ("exploration_noise", "policy_noise", "noise_clip"):
+        require(getattr(c, name) >= 0, f"td3.{name} must be >= 0, got {getattr(c, name)}")
+
+
+SAC = Algorithm(
+    name="sac", section=SACConfig, check=check_sac,
+    check_run=lambda c, config: replay_config.check_run(c, config, "sac"),
+    sweepable=sweep_keys("sac", SAC_HPARAMS), steps_per_env=lambda c: c.num_steps,
+    make="jaxrl_dist.agents.offpolicy.learner:make_sac",
+    policy="jaxrl_dist.agents.offpolicy.networks:sac_policy",
+    export="jaxrl_dist.agents.offpolicy.export:sac_emitter",
+    doc="soft actor-critic: twin critics, a tanh-squashed Gaussian actor, entropy autotuning")
+
+TD3 = Algorithm(
+    name="td3", section=TD3Config, check=check_td3,
+    check_run=lambda c, config: replay_config.check_run(c, config, "td3"),
+    sweepable=sweep_keys("td3", TD3_HPARAMS), steps_per_env=lambda c: c.num_steps,
+    make="jaxrl_dist.agents.offpolicy.learner:make_td3",
+    policy="jaxrl_dist.agents.offpolicy.networks:td3_policy",
+    export="jaxrl_dist.agents.offpolicy.export:td3_emitter",
+    doc="TD3: twin critics, a deterministic actor, target smoothing, delayed updates")

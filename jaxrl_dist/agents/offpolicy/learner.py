@@ -1,0 +1,367 @@
+"""SAC and TD3 as :class:`~jaxrl_dist.agents.base.Agent`\\ s: ONE ``learn`` for both, for one
+member inside a ``shard_map`` over the data axis. It adds the rollout to the sharded replay
+(the ``data`` slot, :mod:`jaxrl_dist.agents.replay.buffer`) and takes ``utd`` gradient steps in
+one ``lax.scan``; each samples a global batch, steps the critic ensemble towards its Polyak
+target, and every ``policy_delay``-th steps the actor. What differs is the actor's part:
+
+* SAC: a tanh-squashed Gaussian; the target is min_i Q'_i(s', a') - alpha log pi(a'|s') with
+  a' drawn from the current actor; the actor minimises alpha log pi(a|s) - min_i Q_i(s, a);
+  log(alpha) descends -log(alpha) (log pi + target entropy) (automatic entropy tuning, as
+  SB3's); the critics' targets follow every gradient step.
+* TD3: a deterministic actor; the target is min_i Q'_i(s', clip(mu'(s') + clip(noise))), the
+  actor maximises Q_1(s, mu(s)); actor and critic targets follow each actor step.
+
+Every sample's randomness (its replay row, its target and actor noise) is drawn per replay
+shard with the shard's GLOBAL index folded in, so the global batch and its noise are the same
+on any topology; every gradient is the global batch's mean
+(:func:`~jaxrl_dist.gradients.global_mean_grad`); every decision (warm-up, learning, the actor's
+turn) comes from replicated values.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from jaxrl_dist import rollout, running_stats
+from jaxrl_dist.agents.algorithm import hyperparameters
+from jaxrl_dist.agents.base import EPISODE_METRICS, Agent
+from jaxrl_dist.agents.offpolicy import networks as networks_lib
+from jaxrl_dist.agents.offpolicy.config import (SAC_HPARAMS, TD3_HPARAMS, OffPolicyConfig,
+                                                SACConfig, TD3Config)
+from jaxrl_dist.agents.offpolicy.networks import Networks, normalize_obs
+from jaxrl_dist.agents.optimizer import make_optimizer
+from jaxrl_dist.agents.replay import buffer as replay_lib
+from jaxrl_dist.envs import EnvSpec
+from jaxrl_dist.gradients import global_mean_grad
+from jaxrl_dist.running_stats import Moments
+from jaxrl_dist.sharding import Layout
+from jaxrl_dist.sizes import Sizes
+from jaxrl_dist.types import RunState, Trajectory
+
+COMMON_METRICS = {**EPISODE_METRICS, "critic_loss": "mean", "q_mean": "mean",
+                  "critic_grad_norm": "mean", "actor_loss": "mean", "actor_grad_norm": "mean",
+                  "actor_steps": "sum", "learning": "mean", "replay_transitions": "last"}
+METRICS = {"sac": {**COMMON_METRICS, "entropy": "mean", "alpha": "last"},
+           "td3": COMMON_METRICS}
+
+
+class TrainState(NamedTuple):
+    params: Any              # {"actor", "critic": leaves [N, ...]}; SAC also "log_alpha": f32[]
+    target: Any              # Polyak averages: {"critic"}; TD3 also {"actor"}
+    opt_state: Any           # {"actor", "critic"}; SAC with autotune also "alpha"
+    obs_moments: Moments     # running observation statistics (global; unused if not asked)
+    key: jax.Array           # uint32[2]; split once per update
+    update: jax.Array        # int32[]; completed updates
+    gradient_steps: jax.Array   # int32[]; gradient steps taken (the actor's turn counts them)
+    hparams: Any = {}        # swept hyperparameters {name: f32[]}
+
+
+class StepKeys(NamedTuple):
+    """What one gradient step draws."""
+
+    sample: jax.Array   # the replay batch
+    target: jax.Array   # the noise of the next actions the critics' target is taken at
+    actor: jax.Array    # the noise of the actions the actor's loss is taken at (SAC)
+
+
+# --------------------------------------------------------------------------------------------
+# The losses (per device: local means of the device's shard of the global batch)
+
+
+def critic_loss(nets: Networks, params: Any, x: jax.Array, action: jax.Array, y: jax.Array,
+                weight: jax.Array | None = None) -> tuple[jax.Array, jax.Array]:
+    """0.5 sum_i mean_b (Q_i(s_b, a_b) - y_b)^2 over the ensemble (SB3's critic loss), samples
+    of weight 0 (a pool's reset steps) adding nothing; aux [loss, mean Q]."""
+    q = nets.critic(params, x, action)                     # [N, B]
+    per_sample = 0.5 * jnp.sum(jnp.square(q - y), axis=0)
+    if weight is not None:
+        per_sample = per_sample * weight
+    loss = jnp.mean(per_sample)
+    return loss, jnp.stack([loss, jnp.mean(q)])
+
+
+def sac_actor_loss(nets: Networks, trainable: dict[str, Any], critic: Any, log_alpha: Any,
+                   x: jax.Array, normal: jax.Array, target_entropy: float
+                   ) -> tuple[jax.Array, jax.Array]:
+    """mean(alpha log pi(a|s) - min_i Q_i(s, a)), a = tanh(mean + std normal) (reparametrised);
+    with ``trainable["log_alpha"]`` (autotune) plus -log(alpha) mean(log pi + target entropy),
+    log pi held fixed there and alpha held fixed in the first term, so each part moves only
+    its own parameters. aux [actor loss, entropy estimate -mean log pi]."""
+    a, log_prob = nets.actor(trainable["actor"], x).sample_and_log_prob(normal)
+    q = jnp.min(nets.critic(critic, x, a), axis=0)
+    alpha = jnp.exp(jax.lax.stop_gradient(trainable.get("log_alpha", log_alpha)))
+    actor = jnp.mean(alpha * log_prob - q)
+    loss = actor
+    if "log_alpha" in trainable:
+        loss = loss - trainable["log_alpha"] * jnp.mean(
+            jax.lax.stop_gradient(log_prob) + target_entropy)
+    return loss, jnp.stack([actor, -jnp.mean(log_prob)])
+
+
+def td3_actor_loss(nets: Networks, trainable: dict[str, Any], critic: Any, x: jax.Array
+                   ) -> tuple[jax.Array, jax.Array]:
+    """-mean Q_1(s, mu(s)): the first critic only (TD3's); aux [loss, 0]."""
+    q = nets.critic(critic, x, nets.actor(trainable["actor"], x))[0]
+    loss = -jnp.mean(q)
+    return loss, jnp.stack([loss, jnp.float32(0.0)])
+
+
+def sac_next_value(nets: Networks, params: Any, target: Any, x_next: jax.Array,
+                   normal: jax.Array) -> jax.Array:
+    """min_i Q'_i(s', a') - alpha log pi(a'|s'), a' drawn from the CURRENT actor."""
+    a, log_prob = nets.actor(params["actor"], x_next).sample_and_log_prob(normal)
+    q = jnp.min(nets.critic(target["critic"], x_next, a), axis=0)
+    return q - jnp.exp(params["log_alpha"]) * log_prob
+
+
+def td3_next_value(nets: Networks, target: Any, x_next: jax.Array, normal: jax.Array,
+                   policy_noise: Any, noise_clip: Any) -> jax.Array:
+    """min_i Q'_i(s', a'), a' = clip(mu'(s') + clip(policy_noise normal, +-noise_clip), +-1)
+    (target policy smoothing, in [-1, 1] units)."""
+    noise = jnp.clip(policy_noise * normal, -noise_clip, noise_clip)
+    a = jnp.clip(nets.actor(target["actor"], x_next) + noise, -1.0, 1.0)
+    return jnp.min(nets.critic(target["critic"], x_next, a), axis=0)
+
+
+def polyak(tau: Any, online: Any, target: Any) -> Any:
+    return jax.tree.map(lambda o, t: tau * o + (1.0 - tau) * t, online, target)
+
+
+def shard_normal(key: jax.Array, shard_ids: jax.Array, per_shard: int, size: int) -> jax.Array:
+    """[S_local * per_shard, size] standard normals, shard ``s``'s rows drawn with
+    ``fold_in(key, s)`` (its GLOBAL index): each sample's noise, whatever device holds it, in
+    the order :func:`replay_lib.sample` returns the samples."""
+    draw = jax.vmap(lambda s: jax.random.normal(jax.random.fold_in(key, s), (per_shard, size)))
+    return draw(shard_ids).reshape(-1, size)
+
+
+# --------------------------------------------------------------------------------------------
+# The agent
+
+
+def make_sac(c: SACConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Agent:
+    return make_agent("sac", c, sizes, spec, layout)
+
+
+def make_td3(c: TD3Config, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Agent:
+    return make_agent("td3", c, sizes, spec, layout)
+
+
+def make_agent(algo: str, c: OffPolicyConfig, sizes: Sizes, spec: EnvSpec,
+               layout: Layout) -> Agent:
+    """``algo`` ("sac" or "td3") as an Agent; the section ``c`` is its own (:mod:`.config`)."""
+    sac = algo == "sac"
+    low, high = networks_lib.bounds(algo, spec)
+    nets = networks_lib.make_networks(algo, c.network, spec)
+    names = SAC_HPARAMS if sac else TD3_HPARAMS
+    axis, devices = layout.data_axis, layout.data_size
+    shards = replay_lib.plan(algo, c.buffer_shards, c.buffer_size, c.batch_size,
+                             sizes.local_envs, devices)
+    A = spec.action_dim
+    per_update = sizes.batch_size          # global env steps per update
+    num_envs = sizes.local_envs * devices
+    pool = spec.resets_late                # final observations are in the next row
+    store_final = c.bootstrap_truncation and not pool
+    autotune = sac and c.autotune
+    target_entropy = (-float(A) if not sac or c.target_entropy is None
+                      else float(c.target_entropy))
+    deployment = networks_lib.deployment(algo, c, spec, nets)
+
+    def hp_of(train):
+        return hyperparameters(c, names, train.hparams)
+
+    def optimizers(hp):
+        def adam(lr, clip=True):
+            return make_optimizer(c, {"learning_rate": lr,
+                                      "max_grad_norm": hp["max_grad_norm"] if clip else None})
+        out = {"actor": adam(hp["actor_lr"]), "critic": adam(hp["critic_lr"])}
+        if autotune:   # a scalar: no clipping (SB3's)
+            out["alpha"] = adam(hp["alpha_lr"], clip=False)
+        return out
+
+    def init_params(key):
+        key_actor, key_critic = jax.random.split(key)
+        params = {"actor": nets.init_actor(key_actor), "critic": nets.init_critic(key_critic)}
+        if sac:
+            params["log_alpha"] = jnp.log(jnp.float32(c.alpha))
+        return params
+
+    def init(key, params, swept):
+        opts = optimizers(hyperparameters(c, names, swept))
+        opt_state = {name: opt.init(params["log_alpha" if name == "alpha" else name])
+                     for name, opt in opts.items()}
+        target = {"critic": params["critic"]} if sac else {"critic": params["critic"],
+                                                           "actor": params["actor"]}
+        train = TrainState(params, target, opt_state, running_stats.init_moments(spec.obs_shape),
+                           key, jnp.int32(0), jnp.int32(0), swept)
+        data = replay_lib.init(shards.shards_local, shards.rows, shards.envs_per_shard,
+                               spec.obs_shape, jnp.uint8 if spec.obs_dtype == "uint8"
+                               else jnp.float32, store_final, pool, (A,), jnp.float32)
+        return train, data
+
+    # ACTING
+
+    def acting(train):
+        steps = train.update.astype(jnp.float32) * per_update   # int32 would overflow at 2^31
+        scale = jnp.float32(0.0) if sac else jnp.asarray(hp_of(train)["exploration_noise"],
+                                                         jnp.float32)
+        return {"actor": train.params["actor"], "moments": train.obs_moments,
+                "random": steps < c.learning_starts, "noise_scale": scale}
+
+    def noise(key, num_steps):
+        key_normal, key_uniform = jax.random.split(key)
+        return {"normal": jax.random.normal(key_normal, (num_steps, A)),
+                "uniform": jax.random.uniform(key_uniform, (num_steps, A), minval=-1.0,
+                                              maxval=1.0)}
+
+    def act(acting_state, carry, obs, mask, noise_t):
+        del mask
+        x = normalize_obs(c, acting_state["moments"], obs)
+        if sac:
+            a, _ = nets.actor(acting_state["actor"], x).sample_and_log_prob(noise_t["normal"])
+        else:
+            a = jnp.clip(nets.actor(acting_state["actor"], x)
+                         + acting_state["noise_scale"] * noise_t["normal"], -1.0, 1.0)
+        # the warm-up: uniformly random actions in the bounds (SB3's and CleanRL's)
+        return jnp.where(acting_state["random"], noise_t["uniform"], a), carry, {}
+
+    def policy_params(train):
+        moments = train.obs_moments
+        return {"actor": train.params["actor"],
+                "obs_moments": {"mean": moments.mean, "var": moments.var}}
+
+    # LEARNING
+
+    def learn(train, data, trajectory: Trajectory, key):
+        steps = trajectory.steps
+        hp = hp_of(train)
+        data = replay_lib.add(data, steps)
+        local = {**rollout.episode_sums(steps), "rows": data.rows[0].astype(jnp.float32)}
+        if c.normalize_observations:
+            obs = steps.obs.reshape(-1, *spec.obs_shape).astype(jnp.float32)
+            local["obs_sum"], local["obs_sq"] = jnp.sum(obs, 0), jnp.sum(jnp.square(obs), 0)
+        # ONE all-reduce: the episodes, the buffer's fill and the observation moments
+        sums = jax.lax.psum(local, axis)
+        rows_filled, transitions = replay_lib.filled(sums.pop("rows"), devices, num_envs)
+        if c.normalize_observations:   # this rollout's global moments, used from now on
+            n = jnp.float32(per_update)
+            mean, var = running_stats.moments_from_sums(sums.pop("obs_sum"),
+                                                        sums.pop("obs_sq"), n)
+            train = train._replace(obs_moments=running_stats.merge_moments(
+                train.obs_moments, mean, var, n))
+        learning = (transitions >= c.learning_starts) & (rows_filled > 1)
+        if layout.members:   # the same for every member (nothing it depends on is swept):
+            # agreed over them, so the cond stays a branch, not a select running both sides
+            learning = jax.lax.pmin(learning.astype(jnp.int32), layout.member_vmap_axis) > 0
+        opts = optimizers(hp)
+        shard_ids = replay_lib.shard_ids(shards, axis)
+
+        def train_steps(train):
+            train, out = jax.lax.scan(
+                lambda train, k: gradient_step(hp, opts, data, shard_ids, train, k),
+                train, jax.random.split(key, c.utd))
+            critic, critic_norm, actor, actor_norm, due = out
+            turns = jnp.maximum(jnp.sum(due), 1.0)
+            return train, {
+                "critic_loss": jnp.mean(critic[:, 0]), "q_mean": jnp.mean(critic[:, 1]),
+                "critic_grad_norm": jnp.mean(critic_norm),
+                "actor_loss": jnp.sum(actor[:, 0] * due) / turns,
+                "actor_grad_norm": jnp.sum(actor_norm * due) / turns,
+                "entropy": jnp.sum(actor[:, 1] * due) / turns, "actor_steps": jnp.sum(due)}
+
+        def skip(train):
+            zero = jnp.float32(0.0)
+            return train, {name: zero for name in ("critic_loss", "q_mean", "critic_grad_norm",
+                                                   "actor_loss", "actor_grad_norm", "entropy",
+                                                   "actor_steps")}
+
+        train, stats = jax.lax.cond(learning, train_steps, skip, train)
+        if sac:
+            stats["alpha"] = jnp.exp(train.params["log_alpha"])
+        else:
+            del stats["entropy"]
+        metrics = {**sums, **stats, "learning": learning.astype(jnp.float32),
+                   "replay_transitions": transitions.astype(jnp.float32)}
+        return train._replace(update=train.update + 1), data, metrics
+
+    def gradient_step(hp, opts, data, shard_ids, train, key):
+        k = StepKeys(*jax.random.split(key, 3))
+        batch = replay_lib.sample(data, k.sample, shard_ids, shards.per_shard_batch, 1,
+                                  hp["gamma"])
+        x = normalize_obs(c, train.obs_moments, batch.obs)
+        x_next = normalize_obs(c, train.obs_moments, batch.next_obs)
+
+        def normal(key):
+            return shard_normal(key, shard_ids, shards.per_shard_batch, A)
+
+        # CRITICS: one step towards r + discount x (the target's value of s')
+        params = train.params
+        if sac:
+            next_value = sac_next_value(nets, params, train.target, x_next, normal(k.target))
+        else:
+            next_value = td3_next_value(nets, train.target, x_next, normal(k.target),
+                                        hp["policy_noise"], hp["noise_clip"])
+        y = jax.lax.stop_gradient(batch.reward + batch.discount * next_value)
+        grads, critic_stats, critic_norm = global_mean_grad(
+            lambda p, *args: critic_loss(nets, p, *args), params["critic"], axis, x,
+            batch.action, y, batch.weight)
+        updates, opt_critic = opts["critic"].update(grads, train.opt_state["critic"],
+                                                    params["critic"])
+        params = {**params, "critic": optax.apply_updates(params["critic"], updates)}
+        train = train._replace(params=params,
+                               opt_state={**train.opt_state, "critic": opt_critic})
+        if sac:   # the critics' targets follow every step
+            train = train._replace(target={"critic": polyak(hp["tau"], params["critic"],
+                                                            train.target["critic"])})
+
+        # ACTOR: every policy_delay-th step (TD3: with the targets)
+        def actor_step(train):
+            params = train.params
+            trainable = {"actor": params["actor"]}
+            if autotune:
+                trainable["log_alpha"] = params["log_alpha"]
+            if sac:
+                def loss_fn(t, critic, x, eps):
+                    return sac_actor_loss(nets, t, critic, params["log_alpha"], x, eps,
+                                          target_entropy)
+                args = (params["critic"], x, normal(k.actor))
+            else:
+                def loss_fn(t, critic, x):
+                    return td3_actor_loss(nets, t, critic, x)
+                args = (params["critic"], x)
+            grads, actor_stats, _ = global_mean_grad(loss_fn, trainable, axis, *args)
+            opt_state, new = dict(train.opt_state), dict(params)
+            for name, leaf in (("actor", "actor"), ("alpha", "log_alpha")):
+                if leaf in grads:
+                    updates, opt_state[name] = opts[name].update(grads[leaf], opt_state[name],
+                                                                 params[leaf])
+                    new[leaf] = optax.apply_updates(params[leaf], updates)
+            train = train._replace(params=new, opt_state=opt_state)
+            if not sac:
+                train = train._replace(target=polyak(
+                    hp["tau"], {"critic": new["critic"], "actor": new["actor"]}, train.target))
+            return train, (actor_stats, optax.tree.norm(grads["actor"]))
+
+        if c.policy_delay == 1:
+            train, (actor_stats, actor_norm) = actor_step(train)
+            due = jnp.float32(1.0)
+        else:
+            due = train.gradient_steps % c.policy_delay == 0
+
+            def wait(train):
+                return train, (jnp.zeros(2, jnp.float32), jnp.float32(0.0))
+            train, (actor_stats, actor_norm) = jax.lax.cond(due, actor_step, wait, train)
+            due = due.astype(jnp.float32)
+        train = train._replace(gradient_steps=train.gradient_steps + 1)
+        return train, (critic_stats, critic_norm, actor_stats, actor_norm, due)
+
+    return Agent(
+        **deployment._asdict(), init_params=init_params, init=init, acting=acting, noise=noise,
+        act=act, env_action=networks_lib.to_bounds(low, high), learn=learn,
+        policy_params=policy_params, metrics=METRICS[algo], steps_per_env=c.num_steps,
+        keep_final_obs=store_final, checkpointed=RunState(True, True, c.checkpoint_buffer),
+        new_actors=lambda data: replay_lib.cut(data, 1))

@@ -1,0 +1,340 @@
+"""SAC and TD3: the squashed Gaussian's log-density, entropy tuning, the global-mean gradient
+of every loss, the same parameters on 1 and 2 devices (an environment inside the program and a
+host one), kill -9 and --resume (the buffer in the checkpoint), 2 processes through the
+launcher, and bad input in one line."""
+
+import json
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from helpers import max_rel_diff, params_of, run_launcher, summaries, train_cli, \
+    train_in_process
+from jaxrl_dist import compile_cache
+from jaxrl_dist import config as config_lib
+from jaxrl_dist import sharding
+from jaxrl_dist import sizes as sizes_lib
+from jaxrl_dist.agents.offpolicy import learner as offpolicy
+from jaxrl_dist.agents.offpolicy.config import NetworkConfig
+from jaxrl_dist.agents.offpolicy.networks import make_networks
+from jaxrl_dist.config import ConfigError
+from jaxrl_dist.distributions import TanhGaussian
+from jaxrl_dist.envs import EnvError, EnvSpec, make_env
+from jaxrl_dist.gradients import global_mean_grad
+from jaxrl_dist.programs import make_learner
+from jaxrl_dist.sharding import DATA_AXIS, REPLICATED, SHARDED
+from jaxrl_dist.trainer import train
+
+# 20 updates of 4 envs x 2 steps; the buffer (16 steps per environment) wraps; 2 shards, so 1
+# and 2 devices hold whole shards; learning from the 6th update, 2 gradient steps each, the
+# actor every 2nd; observation moments reduced over the devices.
+SECTION = dict(num_steps=2, utd=2, batch_size=16, buffer_size=64, buffer_shards=2,
+               learning_starts=40, policy_delay=2, normalize_observations=True,
+               actor_lr=1e-3, critic_lr=1e-3,
+               network=dict(actor_hidden=[16, 16], critic_hidden=[16, 16]))
+SAC = dict(algo="sac", env="Pendulum-v1", seed=4, num_envs=4, total_timesteps=4 * 2 * 20,
+           updates_per_call=5, checkpoint_every=5, checkpoint_minutes=0, eval_episodes=2,
+           sac=dict(SECTION, alpha_lr=1e-2))
+TD3 = {**{k: v for k, v in SAC.items() if k != "sac"}, "algo": "td3", "td3": SECTION}
+# The command-line form (JSON is YAML): SAC on gymnax's Pendulum, 40 updates.
+CLI_RUN = {**SAC, "total_timesteps": 4 * 2 * 40, "checkpoint_every": 10}
+
+
+def _config(base, **section):
+    algo = base["algo"]
+    return config_lib.from_dict({**base, algo: {**base[algo], **section}})
+
+
+# ------------------------------------------------------------------------------------- math
+
+@pytest.mark.timeout(60)
+def test_squashed_log_prob_is_the_change_of_variables():
+    """log p(tanh u) = log N(u) - log(1 - tanh(u)^2) summed over dimensions, computed here in
+    float64 the plain way (including u far in the tails, where 1 - tanh^2 underflows in
+    float32 but the learner's form stays exact); and the 1-D density integrates to 1."""
+    rng = np.random.default_rng(0)
+    mean = rng.normal(size=(5, 3)) * 2
+    log_std = rng.uniform(-2, 1, size=(5, 3))
+    normal = rng.normal(size=(5, 3))
+    normal[0, 0] = 12.0 / np.exp(log_std[0, 0])        # u far out: tanh(u) = 1 in float32
+    a, log_prob = TanhGaussian(jnp.asarray(mean, jnp.float32),
+                               jnp.asarray(log_std, jnp.float32)).sample_and_log_prob(
+        jnp.asarray(normal, jnp.float32))
+    u = mean + np.exp(log_std) * normal
+    gaussian = -0.5 * normal**2 - log_std - 0.5 * np.log(2 * np.pi)
+    # log(1 - tanh(u)^2) = log(4) - 2 log(e^u + e^-u)  (float64, no cancellation)
+    expected = np.sum(gaussian - np.log(4.0) + 2 * np.logaddexp(u, -u), axis=1)
+    assert np.allclose(expected[1:], np.sum(gaussian - np.log(1 - np.tanh(u) ** 2), 1)[1:])
+    np.testing.assert_allclose(np.asarray(a), np.tanh(u), rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(np.asarray(log_prob), expected, rtol=1e-5, atol=1e-4)
+    # the density of a = tanh(u) on (-1, 1): its integral is 1
+    grid = np.linspace(-1 + 1e-7, 1 - 1e-7, 400_001)
+    u_grid = np.arctanh(grid)
+    dist = TanhGaussian(jnp.float32([[0.7]]), jnp.float32([[-0.3]]))
+    z = (u_grid - 0.7) / np.exp(-0.3)
+    _, lp = dist.sample_and_log_prob(jnp.asarray(z[:, None], jnp.float32))
+    assert abs(np.trapezoid(np.exp(np.asarray(lp, np.float64)), grid) - 1.0) < 1e-3
+    np.testing.assert_allclose(np.asarray(dist.mode()), np.tanh([[0.7]]), rtol=1e-6)
+
+
+def _nets(algo):
+    """Small networks for Pendulum's spaces, and their initial parameters (jitted, with the
+    programs' unrolled threefry: one quick compile, not one per op)."""
+    spec = make_env("Pendulum-v1")
+    nets = make_networks(algo, NetworkConfig(actor_hidden=(16,), critic_hidden=(16, 16)), spec)
+    with compile_cache.unrolled_threefry():
+        params = jax.jit(lambda k: {"actor": nets.init_actor(jax.random.fold_in(k, 0)),
+                                    "critic": nets.init_critic(jax.random.fold_in(k, 1))})(
+            jax.random.PRNGKey(0))
+    return nets, params
+
+
+@pytest.mark.timeout(120)
+def test_entropy_tuning_moves_alpha_toward_the_target():
+    """The alpha part of SAC's actor loss: below the target entropy log(alpha) grows, above it
+    shrinks, and its gradient is -(mean log pi + target) exactly; the actor's gradient does
+    not depend on it."""
+    nets, params = _nets("sac")
+    actor, critic = params["actor"], params["critic"]
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.normal(size=(64, 3)), jnp.float32)
+    normal = jnp.asarray(rng.normal(size=(64, 1)), jnp.float32)
+    trainable = {"actor": actor, "log_alpha": jnp.float32(0.0)}
+
+    @jax.jit
+    def grads_and_entropy(trainable, target):
+        return jax.grad(lambda t: offpolicy.sac_actor_loss(nets, t, critic, jnp.float32(0.0),
+                                                            x, normal, target), has_aux=True)(
+            trainable)
+
+    _, (_, entropy) = grads_and_entropy(trainable, 0.0)
+    for target, sign in ((float(entropy) + 1.0, 1.0), (float(entropy) - 1.0, -1.0)):
+        grads, _ = grads_and_entropy(trainable, target)
+        np.testing.assert_allclose(float(grads["log_alpha"]), -(target - float(entropy)),
+                                   rtol=1e-5)
+        step = -1e-2 * float(grads["log_alpha"])          # one gradient-descent step
+        assert np.sign(step) == sign                      # alpha toward the target entropy
+    fixed, _ = grads_and_entropy({"actor": actor}, 0.0)   # alpha fixed (no autotune)
+    assert max_rel_diff(fixed["actor"], grads["actor"]) < 1e-6
+
+
+# ------------------------------------------------------------------ the gradient, the topology
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("num_devices", [1, 4])
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_gradient_is_the_global_batch_mean(algo, num_devices):
+    """Every loss SAC and TD3 differentiate (the critic ensemble's, the actor's, SAC's alpha's)
+    through global_mean_grad under shard_map equals the single-device gradient of the full
+    batch's mean loss; raw gradients, since Adam's first step would hide a scale error."""
+    nets, params = _nets(algo)
+    rng = np.random.default_rng(0)
+    x = jnp.asarray(rng.normal(size=(64, 3)), jnp.float32)
+    a = jnp.asarray(rng.uniform(-1, 1, size=(64, 1)), jnp.float32)
+    y = jnp.asarray(rng.normal(size=64), jnp.float32)
+    normal = jnp.asarray(rng.normal(size=(64, 1)), jnp.float32)
+    mesh = sharding.make_mesh(jax.devices()[:num_devices])
+
+    def check(loss_fn, diff, replicated, sharded):
+        full_batch = jax.jit(jax.grad(lambda p, r, s: loss_fn(p, *r, *s), has_aux=True))
+        expected, expected_aux = full_batch(diff, replicated, sharded)
+        fn = jax.jit(jax.shard_map(
+            lambda p, r, s: global_mean_grad(loss_fn, p, DATA_AXIS, *r, *s)[:2], mesh=mesh,
+            in_specs=(REPLICATED, REPLICATED, SHARDED), out_specs=(REPLICATED, REPLICATED)))
+        grads, aux = fn(diff, replicated, sharded)
+        assert max_rel_diff(grads, expected) < 1e-5
+        np.testing.assert_allclose(np.asarray(aux), np.asarray(expected_aux), rtol=1e-5,
+                                   atol=1e-6)
+
+    check(lambda p, x, a, y: offpolicy.critic_loss(nets, p, x, a, y), params["critic"], (),
+          (x, a, y))
+    if algo == "sac":
+        trainable = {"actor": params["actor"], "log_alpha": jnp.float32(-0.5)}
+        check(lambda t, c, x, n: offpolicy.sac_actor_loss(nets, t, c, None, x, n, -1.0),
+              trainable, (params["critic"],), (x, normal))
+    else:
+        check(lambda t, c, x: offpolicy.td3_actor_loss(nets, t, c, x), {"actor": params["actor"]},
+              (params["critic"],), (x,))
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("base", [SAC, pytest.param(TD3, marks=pytest.mark.slow)],
+                         ids=["sac", "td3"])
+def test_same_parameters_on_1_and_2_devices(base):
+    """Same config + seed -> same parameters on 1 and 2 devices: the replay's 2 shards are held
+    2 and 1 per device and serve the same batches, with the same noise per sample; the
+    observation moments are reduced over both devices."""
+    config = config_lib.from_dict(base)
+    (one, rows1), (two, rows2) = [train_in_process(config, n) for n in (1, 2)]
+    assert max_rel_diff(sharding.to_host(two.train.params),
+                        sharding.to_host(one.train.params)) <= 1e-4
+    for r1, r2 in zip(rows1, rows2):
+        np.testing.assert_allclose(r2["critic_loss"], r1["critic_loss"], rtol=2e-4, atol=1e-6)
+    last, first = rows1[-1], rows1[0]
+    assert first["learning"][0] == 0.0 and last["learning"][-1] == 1.0        # the warm-up
+    assert np.sum([r["actor_steps"] for r in rows1]) == 16 * 2 / 2   # 16 updates x 2 / delay 2
+    assert last["replay_transitions"][-1] == 64 and np.all(last["critic_loss"] > 0)
+    assert {s.data.shape[0] for s in two.data.action.addressable_shards} == {1}
+    assert two.data.action.shape == (2, 16, 2, 1) and two.data.action.dtype == jnp.float32
+    moments = sharding.to_host(one.train.obs_moments)
+    assert moments.count > 150 and np.all(moments.var != 1.0)   # moments were merged
+    if base is SAC:   # alpha tuned down towards -1 nat from a near-uniform policy
+        assert 0.0 < last["alpha"][-1] < 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_host_env_gives_the_same_parameters_on_1_and_2_devices(tmp_path):
+    """gymnasium:Pendulum-v1 stepped on the host (the host driver), the same learner."""
+    config = config_lib.from_dict({**SAC, "env": "gymnasium:Pendulum-v1"})
+    runs = {n: train(config, tmp_path / str(n), devices=jax.devices()[:n], progress=False)
+            for n in (1, 2)}
+    assert runs[1]["status"] == runs[2]["status"] == "completed"
+    assert runs[1]["env_steps"] == 160 and np.isfinite(runs[2]["eval_return"])
+    assert max_rel_diff(params_of(tmp_path / "2")[0], params_of(tmp_path / "1")[0]) <= 1e-4
+    assert runs[1]["checkpointed"] == ["train", "data"]    # host actors start fresh episodes
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_population_member_is_its_single_run(tmp_path):
+    """2 seeds x 2 actor learning rates x 2 exploration noises of TD3 in ONE program == each
+    member's own run: the swept values are arrays in the train state, acting included."""
+    from jaxrl_dist import population
+    from jaxrl_dist.checkpoint import read_checkpoint
+
+    config = config_lib.from_dict({**TD3, "population": dict(
+        seeds=[5, 6], sweep={"td3.actor_lr": [1e-3, 3e-3], "td3.exploration_noise": [0.1, 0.3]})})
+    summary = train(config, tmp_path / "pop", devices=jax.devices()[:2], progress=False)
+    assert summary["population"]["size"] == 8
+    k = 7   # seed 6, actor_lr 3e-3, exploration noise 0.3 (seed varies fastest)
+    member = summary["members"][k]
+    assert (member["seed"], member["td3.actor_lr"], member["td3.exploration_noise"]) == \
+        (6, 3e-3, 0.3)
+    train(population.member_config(config, k), tmp_path / "single", devices=jax.devices()[:2],
+          progress=False)
+    pop, _ = read_checkpoint(tmp_path / "pop" / "checkpoints")
+    one, _ = read_checkpoint(tmp_path / "single" / "checkpoints")
+    assert max_rel_diff(jax.tree.map(lambda x: x[k], pop["train"]["params"]),
+                        one["train"]["params"]) <= 1e-5
+    assert len({m["param_fingerprint"] for m in summary["members"]}) == 8
+
+
+# ------------------------------------------------------------------------ resumes, launcher
+
+def _write(tmp_path, config):
+    path = tmp_path / "run.yaml"
+    path.write_text(json.dumps(config))
+    return str(path)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_kill_9_then_resume_ends_where_the_uninterrupted_run_ends(tmp_path):
+    """SIGKILL after update 25 (checkpoints every 10, the buffer in them); --resume ends with
+    the uninterrupted run's parameters bit for bit: the buffer, the actors and every counter
+    came back."""
+    cfg = _write(tmp_path, CLI_RUN)
+    proc, reference = train_cli(tmp_path / "ref", devices=2, args=[], config=cfg)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    run = tmp_path / "run"
+    proc, _ = train_cli(run, devices=2, args=[], config=cfg, JAXRL_FAULT="kill@0:25")
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    from jaxrl_dist.checkpoint import read_checkpoint
+    state, meta = read_checkpoint(run / "checkpoints")
+    assert meta["updates"] in (10, 20) and np.all(state["data"]["rows"] == 16)
+    proc, resumed = train_cli(run, "--resume", devices=2, args=[], config=cfg)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert f"resuming at {meta['updates']}" in proc.stderr
+    assert resumed["param_fingerprint"] == reference["param_fingerprint"]
+    saved = json.loads((run / "summary.json").read_text())
+    assert saved["rebuilt_on_resume"] == [] and saved["updates"] == 40   # buffer restored
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_a_host_env_resumes_deterministically(tmp_path):
+    """Host environments restart fresh episodes on resume (their state is not in the
+    checkpoint), re-seeded from (seed, update): two resumes of one kill end identically."""
+    cfg = _write(tmp_path, {**CLI_RUN, "env": "gymnasium:Pendulum-v1"})
+    run = tmp_path / "run"
+    proc, _ = train_cli(run, devices=1, args=[], config=cfg, JAXRL_FAULT="kill@0:25")
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    shutil.copytree(run, tmp_path / "copy")
+    finished = []
+    for path in (run, tmp_path / "copy"):
+        proc, summary = train_cli(path, "--resume", devices=1, args=[], config=cfg)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "started afresh: actors" in proc.stdout + proc.stderr
+        assert summary["env_steps"] == 320
+        finished.append(summary["param_fingerprint"])
+    assert finished[0] == finished[1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_two_processes_equal_one_process_with_two_devices(tmp_path):
+    """2 processes x 1 device through the launcher == 1 process x 2 devices, bit for bit (the
+    same shards per device, the same collectives)."""
+    cfg = _write(tmp_path, CLI_RUN)
+    proc, one = train_cli(tmp_path / "one", devices=2, args=[], config=cfg)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "1", cfg,
+                         "--run-dir", str(tmp_path / "two")])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = summaries(tmp_path / "two" / "logs")
+    assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"] == \
+        one["param_fingerprint"]
+    assert ranks[0]["eval_return"] == one["eval_return"]
+
+
+# -------------------------------------------------------------------------------- bad input
+
+BAD_CONFIG = [
+    ("sac", dict(utd=0), ["sac.utd must be >= 1"]),
+    ("sac", dict(tau=1.5), ["sac.tau must be in (0, 1]"]),
+    ("sac", dict(alpha=0.0), ["sac.alpha must be > 0"]),
+    ("sac", dict(batch_size=15), ["sac.batch_size (15)", "sac.buffer_shards (2)"]),
+    ("sac", dict(buffer_size=60), ["sac.buffer_size (60)", "multiple of num_envs x sac.num_steps"]),
+    ("sac", dict(learning_starts=100), ["sac.learning_starts (100)", "exceeds sac.buffer_size"]),
+    ("sac", dict(network=dict(num_critics=0)), ["sac.network.num_critics"]),
+    ("sac", dict(network=dict(activation="sigmoid")), ["sac.network.activation"]),
+    ("td3", dict(policy_noise=-0.1), ["td3.policy_noise must be >= 0"]),
+    ("td3", dict(policy_delay=0), ["td3.policy_delay must be >= 1"]),
+    ("td3", dict(grad_clip="norm"), ["td3.grad_clip", "global_norm, element"]),
+    ("td3", dict(buffer_shards=3, batch_size=15), ["num_envs (4)", "td3.buffer_shards (3)"]),
+    ("td3", dict(alpha=0.5), ["td3.alpha", "unknown", "td3"]),
+]
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("algo,section,words", BAD_CONFIG,
+                         ids=[f"{a}-{s}" for a, s, _ in BAD_CONFIG])
+def test_bad_config_is_one_line(algo, section, words):
+    with pytest.raises(ConfigError) as info:
+        _config(SAC if algo == "sac" else TD3, **section)
+    message = str(info.value)
+    assert "\n" not in message
+    for word in words:
+        assert word.lower() in message.lower(), (word, message)
+
+
+@pytest.mark.timeout(120)
+def test_discrete_or_unbounded_actions_and_shards_that_do_not_fit_are_one_line():
+    config = config_lib.from_dict({**SAC, "env": "CartPole-v1"})
+    layout = sharding.make_layout(jax.devices()[:1])
+    with pytest.raises(EnvError, match="algo sac needs continuous actions"):
+        make_learner(config, sizes_lib.derive_sizes(config, 1), make_env("CartPole-v1"), layout)
+    unbounded = EnvSpec(adapter=None, name="free", obs_shape=(3,), action_dim=2,
+                        continuous=True)
+    with pytest.raises(EnvError, match="algo td3 maps its actor's tanh onto the action bounds"):
+        make_learner(config_lib.from_dict(TD3), sizes_lib.derive_sizes(
+            config_lib.from_dict(TD3), 1), unbounded, layout)
+    config = config_lib.from_dict({**SAC, "eval_episodes": 4})
+    with pytest.raises(ConfigError, match=r"sac.buffer_shards \(2\) must be a multiple of the "
+                                          r"number of devices .* \(4\)"):
+        make_learner(config, sizes_lib.derive_sizes(config, 4), make_env("Pendulum-v1"),
+                     sharding.make_layout(jax.devices()[:4]))
