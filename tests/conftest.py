@@ -155,7 +155,7 @@ HEAVY_FIRST = (
     "tests/test_configs.py", "tests/test_recurrent.py", "tests/test_ale.py",
     "tests/test_lifecycle.py", "tests/test_host_envs.py", "tests/test_faults.py",
     "tests/test_env_suites.py", "tests/test_qlearning.py", "tests/test_offpolicy.py",
-    "tests/test_launch.py",
+    "tests/test_checkpoint_integrity.py", "tests/test_wandb.py", "tests/test_launch.py",
     "tests/test_population.py", "tests/test_learning.py", "tests/test_seams.py",
     "tests/test_update.py", "tests/test_export.py", "tests/test_compile_cache.py",
     "tests/test_train.py", "tests/test_stabilisers.py", "tests/test_recipes.py",
