@@ -47,7 +47,6 @@ SMOKE = {
     "tests/test_lifecycle.py::test_exact_resume_after_kill_9",
     "tests/test_qlearning.py::test_gradient_is_the_global_batch_mean[1]",
     "tests/test_qlearning.py::test_checkpoint_holds_the_buffer_and_resumes_exactly",
-    "tests/test_offpolicy.py::test_same_parameters_on_1_and_2_devices[sac]",
     "tests/test_env_suites.py::test_adapter_step_equals_library_step[jumanji]",
     "tests/test_compile_cache.py::test_every_process_writes_its_cpu_entries_on_the_supported_jax",
     "tests/test_compile_cache.py::test_second_run_reads_every_program_from_the_cache",
