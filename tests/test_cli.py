@@ -38,7 +38,7 @@ BAD = [  # (argv, words the one-line message must contain)
     ([CFG, "--set", "env=ale:Pongg"], ["ale:Pongg", "did you mean pong"]),
     ([CFG, "--set", "env=ale:Pong", "--set", "episode_length=100"], ["max_frames"]),
     ([CFG, "--set", "ppo=3"], ["ppo", "mapping"]),
-    ([CFG, "--set", "algo=a2c"], ["algo 'a2c'", "known algorithm", "dqn, ppo, pqn, sac, td3"]),
+    ([CFG, "--set", "algo=a2c"], ["algo 'a2c'", "known algorithm", "dqn, ppo, pqn", "sac, td3"]),
     ([CFG, "--set", "algo=dqn"], ["section 'ppo:'", "algo is 'dqn'"]),
     ([DQN, "--set", "env=Pendulum-v1", "--set", "num_envs=8"],
      ["algo dqn needs a discrete action space"]),
