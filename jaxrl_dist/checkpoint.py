@@ -69,6 +69,24 @@ def _ocp():
     return ocp
 
 
+def _unwinding_barrier(ocp) -> Callable[..., None]:
+    """Orbax's barrier between processes, except in a thread unwinding an error: there it
+    re-raises the error instead of waiting. A save that failed on ONE process (a full disk
+    there) skips orbax's commit barrier, and its finaliser then waits at the next barrier
+    while its siblings wait at the commit barrier, both for orbax's 20-minute timeout; so
+    the failure surfaces at once, the process exits with its one-line error, and the
+    launcher stops the siblings."""
+    wait = ocp.multihost.get_barrier_sync_fn()
+
+    def barrier(*, key: str, timeout_ms: int) -> None:
+        unwinding = sys.exc_info()[1]
+        if unwinding is not None:
+            raise unwinding
+        wait(key=key, timeout_ms=timeout_ms)
+
+    return barrier
+
+
 class Checkpointer:
     """``saved``: which slots of the run state a checkpoint holds (the learner's
     ``checkpointed``); ``policy_params``: train state -> the deployed policy's arrays."""
@@ -83,9 +101,10 @@ class Checkpointer:
         self.resume_from: int | None = None   # the step a resume restores; None: the newest
         self._manager = ocp.CheckpointManager(
             self.directory,   # tmp dirs of a save cut short (kill -9) are removed at start
-            options=ocp.CheckpointManagerOptions(max_to_keep=keep, create=True,
-                                                 enable_async_checkpointing=True,
-                                                 cleanup_tmp_directories=True),
+            options=ocp.CheckpointManagerOptions(
+                max_to_keep=keep, create=True, enable_async_checkpointing=True,
+                cleanup_tmp_directories=True,
+                async_options=ocp.AsyncOptions(barrier_sync_fn=_unwinding_barrier(ocp))),
             item_handlers={"state": ocp.StandardCheckpointHandler(),
                            "meta": ocp.JsonCheckpointHandler(),
                            "policy": ocp.StandardCheckpointHandler()})

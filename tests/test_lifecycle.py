@@ -185,14 +185,18 @@ def test_crafted_pickle_and_yaml_tags_are_never_executed(reference, tmp_path):
             return (os.system, (f"touch {marker}",))
 
     payload = pickle.dumps(Evil())
-    # a pickle where metadata, checkpoint files and run files are read
-    (run / "checkpoints" / "20" / "meta" / "metadata").write_bytes(payload)
-    (run / "checkpoints" / "20" / "_CHECKPOINT_METADATA").write_bytes(payload)
+    # a pickle where metadata, checkpoint files and run files are read, in every checkpoint (so
+    # none is intact: one line, exit 2, nothing moved aside or executed)
+    for step in ("10", "15", "20"):
+        (run / "checkpoints" / step / "meta" / "metadata").write_bytes(payload)
+        (run / "checkpoints" / step / "_CHECKPOINT_METADATA").write_bytes(payload)
     for name in ("summary.json", "state.pkl", "params.pkl"):
         (run / name).write_bytes(payload)
     (run / "config.yaml").write_text(f"env: !!python/object/apply:os.system ['touch {marker}']\n")
     proc, _ = train_cli(run, "--resume")
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
+    assert "no intact checkpoint" in proc.stderr, proc.stderr[-2000:]
+    assert not (run / "checkpoints_set_aside").exists()
     proc = subprocess.run([sys.executable, "-m", "jaxrl_dist.train", str(run / "config.yaml"),
                            "--resume", "--run-dir", str(run)], env=_env(), capture_output=True,
                           text=True, timeout=120)
