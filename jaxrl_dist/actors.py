@@ -24,6 +24,7 @@ import math
 from typing import Any, Callable
 
 import jax
+import jax.extend.core
 import jax.numpy as jnp
 import numpy as np
 
@@ -115,6 +116,21 @@ def raveling(like: Any) -> tuple[Callable[[Any], dict[str, jax.Array]], Callable
     return ravel, unravel
 
 
+def leaves_read(fn: Callable[..., Any], leaves_like: list[Any]) -> list[int]:
+    """The indices of the leaves (ShapeDtypeStructs) that ``fn(*leaves)`` reads: the inputs
+    its traced program uses at all."""
+    jaxpr = jax.make_jaxpr(fn)(*leaves_like).jaxpr
+    used = {v for eqn in jaxpr.eqns for v in eqn.invars if isinstance(v, jax.extend.core.Var)}
+    used |= {v for v in jaxpr.outvars if isinstance(v, jax.extend.core.Var)}
+    return [i for i, v in enumerate(jaxpr.invars) if v in used]
+
+
+def _placeholder(like: Any) -> jax.Array:
+    """A constant standing in for a leaf nothing reads (XLA drops it; keys here are raw
+    uint32 arrays, as everywhere in the package)."""
+    return jnp.zeros(like.shape, like.dtype)
+
+
 def ravel_by_dtype(tree: Any) -> tuple[dict[str, jax.Array], Callable[[dict], Any]]:
     """``tree`` flattened by :func:`raveling`, and its unravel."""
     ravel, unravel = raveling(tree)
@@ -201,7 +217,16 @@ class HostActors:
             jax.eval_shape(noise, local_like.key, ids_like), jax.ShapeDtypeStruct((), np.int32))
         pack_outputs, self._unpack = rollout.packing((action, extras, env_action))
 
-        def prepare(local, env_ids):   # once per update: what every step's act reads
+        # once per update, what every step's act reads: from the train state's leaves that
+        # acting and the noise read (SAC's critics, targets and optimizer state stay behind)
+        like_leaves, like_def = jax.tree.flatten(local_like)
+        self._read = leaves_read(lambda *leaves: (agent.acting(like_def.unflatten(leaves)),
+                                                  like_def.unflatten(leaves).key), like_leaves)
+
+        def prepare(read_leaves, env_ids):
+            given = dict(zip(self._read, read_leaves))
+            local = like_def.unflatten([given[i] if i in given else _placeholder(like)
+                                        for i, like in enumerate(like_leaves)])
             return ravel_acting(agent.acting(local)), noise(local.key, env_ids)
 
         def act_packed(acting, carry, obs, noise_all, t):
@@ -235,16 +260,23 @@ class HostActors:
         """This process's copy of the replicated train state, on its acting device."""
         return jax.device_put(jax.tree.map(lambda x: x.addressable_data(0), train), self.device)
 
+    def _acting_leaves(self, train: Any) -> list[jax.Array]:
+        """This process's copy of the train state's leaves that acting reads, on its acting
+        device: what :meth:`_collect` takes (a copy per update, so only what is read)."""
+        leaves = jax.tree.leaves(train)
+        return jax.device_put([leaves[i].addressable_data(0) for i in self._read], self.device)
+
     # ------------------------------------------------------------------ training
 
     def collect(self, train: Any) -> Trajectory:
         """``T`` steps of this process's environments with ``train``'s policy, as a global
         trajectory [T, E] (every process calls it: the arrays span the mesh)."""
-        return self._collect(self._local(train))
+        return self._collect(self._acting_leaves(train))
 
-    def _collect(self, local: Any) -> Trajectory:
-        """:meth:`collect` from this process's copy of the train state (on the acting device)."""
-        acting, noise = self._prepare(local, self.env_ids)
+    def _collect(self, read: list[jax.Array]) -> Trajectory:
+        """:meth:`collect` from this process's copy of what acting reads (on the acting
+        device)."""
+        acting, noise = self._prepare(read, self.env_ids)
         first_carry = self.carry   # what a recurrent learner replays the rollout from
         has_carry = bool(jax.tree.leaves(self.carry))
         initial = self._initial_carry(self.env_ids) if has_carry else None
@@ -304,10 +336,10 @@ class HostActors:
                     # the next one meanwhile with a copy of the parameters it starts from
                     trajectory = (self.pending if self.pending is not None
                                   else self.collect(state.train))
-                    local = self._local(state.train)   # copied before learn donates them
+                    read = self._acting_leaves(state.train)   # copied before learn donates
                 train, data, m = self.learn(state.train, state.data, trajectory)
                 if self.overlap:   # runs while the learner's device updates
-                    self.pending = self._collect(local)
+                    self.pending = self._collect(read)
                 state = state._replace(train=train, data=data)
                 metrics.append(m)
             return state, self._stack(metrics)
