@@ -69,7 +69,7 @@ def build(run: Run, stats: list[tuple[float, str]], pbt_state: Any = None,
         rows = [member_row(m) for m in range(count)]
         if pbt_state is not None:   # each member's hyperparameters as it ended
             for m, row in enumerate(rows):
-                row["final_hparams"] = {k: float(v[m]) for k, v in hparams.items()}
+                row["final_hparams"] = {k: float(str(v[m])) for k, v in hparams.items()}
         summary.update(population.summarize(c, rows, layout.describe()))
     if pbt_state is not None:
         summary["pbt"] = pbt_summary(run, pbt_state, hparams)
@@ -86,5 +86,4 @@ def pbt_summary(run: Run, pbt_state: Any, hparams: dict[str, Any]) -> dict[str, 
             "fitness": [float(f) for f in pbt_state.fitness],
             "copies": pbt.lineage(pbt_state.parents, pbt_state.history,
                                   {n: start[n] for n in names}, settings.rounds),
-            "final_hparams": {n: [float(str(v)) for v in hparams[n].astype("float32")]
-                              for n in names}}
+            "final_hparams": {n: [float(str(v)) for v in hparams[n]] for n in names}}
