@@ -88,7 +88,7 @@ class PbtState(NamedTuple):
 
 
 def init(s: Settings) -> PbtState:
-    R = s.num_rounds
+    R = max(s.num_rounds, 1)   # a run too short for a round still compiles the round's program
     return PbtState(jnp.int32(0), jnp.float32(0), jnp.float32(0), jnp.float32(jnp.nan),
                     jnp.full((R,), -1, jnp.int32),
                     {m.name: jnp.full((R,), jnp.nan, jnp.float32) for m in s.mutations})

@@ -333,3 +333,26 @@ def test_pbt_through_the_launcher_on_2_processes_x_2_devices(reference, tmp_path
     assert summary["pbt"]["copies"] == reference["pbt"]["copies"]
     for a, b in zip(summary["members"], reference["members"]):
         assert a["param_norm"] == pytest.approx(b["param_norm"], rel=1e-5)
+
+
+def test_a_run_too_short_for_a_round_trains(tmp_path):
+    """The shipped config's two-update check (tests/test_configs.py) runs no round."""
+    config = config_lib.load("configs/cartpole_pbt.yaml", [
+        "total_timesteps=1024", "updates_per_call=1", "eval_episodes=2"])
+    summary = train(config, tmp_path / "run", devices=jax.devices()[:1], progress=False)
+    assert summary["updates"] == 2 and summary["pbt"]["rounds"] == 0
+    assert summary["pbt"]["copies"] == []
+
+
+def test_eval_fitness_ranks_by_the_evaluation_at_each_round(tmp_path):
+    config = config_lib.from_dict({**PBT, "eval_episodes": 4,
+                                   "pbt": {**PBT["pbt"], "fitness": "eval"}})
+    summary = train(config, tmp_path / "run", devices=jax.devices()[:2], progress=False)
+    rows = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    rounds = [r for r in rows if r.get("event") == "pbt_round"]
+    assert [r["updates"] for r in rounds] == [3, 6, 9]
+    # an evaluation's mean over 4 episodes: a multiple of 1/4 (CartPole's returns are integers),
+    # not the training window's mean over however many episodes
+    for r in rounds:
+        assert all(f * 4 == int(f * 4) for f in r["fitness"]), r["fitness"]
+    assert summary["pbt"]["fitness"] == rounds[-1]["fitness"]

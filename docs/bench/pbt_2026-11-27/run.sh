@@ -18,5 +18,5 @@ for seed in 0 1 2; do
     rm -rf "$d"
   done
 done
-$PY docs/bench/pbt_2026-11-27/round_cost.py > "$OUT/round_cost.json"
-$PY docs/bench/pbt_2026-11-27/report.py "$OUT" > "$OUT/README.md"
+PYTHONPATH=. $PY docs/bench/pbt_2026-11-27/round_cost.py > "$OUT/round_cost.json"
+PYTHONPATH=. $PY docs/bench/pbt_2026-11-27/report.py "$OUT" > "$OUT/README.md"
