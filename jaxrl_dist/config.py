@@ -38,6 +38,51 @@ class PopulationConfig:
         return bool(self.seeds or self.sweep)
 
 
+# What a PBT round ranks members by, and the priors a mutation resamples from.
+PBT_FITNESS = ("episode_return", "eval")
+PBT_PRIORS = ("log", "uniform")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MutationConfig:
+    low: float = _doc("lower bound: mutated values are clipped into [low, high]")
+    high: float = _doc("upper bound")
+    factors: tuple[float, ...] = _doc("explore by multiplying the parent's value by one of "
+                                      "these, drawn uniformly; [] = always resample",
+                                      default=(0.8, 1.25))
+    prior: str = _doc("resample from a log-uniform (log) or uniform prior over [low, high]",
+                      default="log")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PbtConfig:
+    enabled: bool = _doc("population-based training: every interval_updates the bottom "
+                         "quantile of members takes the weights, optimizer state, normaliser "
+                         "statistics and hyperparameters of a random top-quantile member, "
+                         "then mutates the hyperparameters of pbt.mutations", default=False)
+    interval_updates: int = _doc("updates between rounds (updates_per_call is lowered to a "
+                                 "divisor of it: rounds run between compiled calls)",
+                                 default=10)
+    warmup_updates: int = _doc("no round before this many updates", default=0)
+    quantile: float = _doc("truncation selection: the top and bottom fraction of the eligible "
+                           "members, in (0, 0.5]", default=0.25)
+    resample_prob: float = _doc("chance that a copied member's mutated key is resampled from "
+                                "its prior instead of perturbed", default=0.25)
+    fitness: str = _doc("what ranks members: episode_return (mean return of the training "
+                        "episodes finished since the last round) or eval (the deterministic "
+                        "evaluation, eval_episodes per member, run at each round)",
+                        default="episode_return")
+    min_episodes: int | None = _doc("a member is eligible (parent or victim) once it has "
+                                    "finished this many training episodes since the last "
+                                    "round; null = num_envs (about one per environment)",
+                                    default=None)
+    mutations: dict[str, MutationConfig] = _doc(
+        "dotted key -> {low, high, factors: [0.8, 1.25], prior: log|uniform}: the "
+        "hyperparameters explored; any of the algorithm's sweepable keys (they live in the "
+        "train state as arrays); keys that change shapes or the program are refused",
+        default_factory=dict)
+
+
 # W&B's run modes offered; "disabled" never imports wandb.
 WANDB_MODES = ("disabled", "offline", "online")
 
@@ -140,6 +185,7 @@ class Config:
     # read it as ``config.agent`` or by its name (``config.ppo``).
     agent: Any = field(default=None, metadata={"internal": True})
     population: PopulationConfig = field(default_factory=lambda: PopulationConfig())
+    pbt: PbtConfig = field(default_factory=lambda: PbtConfig())
     wandb: WandbConfig = field(default_factory=lambda: WandbConfig())
 
     def __getattr__(self, name: str) -> Any:
@@ -339,6 +385,7 @@ def check(config: Config) -> None:
     require(c.wandb.mode in WANDB_MODES,
             f"wandb.mode must be one of {', '.join(WANDB_MODES)}, got {c.wandb.mode!r}")
     _check_population(config)
+    _check_pbt(config)
 
 
 def _check_population(config: Config) -> None:
@@ -350,6 +397,7 @@ def _check_population(config: Config) -> None:
             f"population.member_devices must be >= 1 or null, got {pop.member_devices}")
     base = to_dict(config)
     base.pop("population")
+    base.pop("pbt")
     known = {key for key, _, _ in describe()}
     sweepable = config.algorithm.sweepable
     for key, values in pop.sweep.items():
@@ -364,6 +412,65 @@ def _check_population(config: Config) -> None:
                 check(from_dict(apply_overrides(base, [f"{key}={value}"]), population=False))
             except ConfigError as e:
                 raise ConfigError(f"population.sweep.{key}={value}: {e}") from None
+
+
+def _check_pbt(config: Config) -> None:
+    """Ranges, a population to select in, and mutations of keys the state holds as arrays,
+    with bounds that are valid values and hold every member's starting value."""
+    pbt = config.pbt
+    require(pbt.interval_updates >= 1,
+            f"pbt.interval_updates must be >= 1, got {pbt.interval_updates}")
+    require(pbt.warmup_updates >= 0, f"pbt.warmup_updates must be >= 0, got {pbt.warmup_updates}")
+    require(0 < pbt.quantile <= 0.5, f"pbt.quantile must be in (0, 0.5], got {pbt.quantile}")
+    require(0 <= pbt.resample_prob <= 1,
+            f"pbt.resample_prob must be in [0, 1], got {pbt.resample_prob}")
+    require(pbt.fitness in PBT_FITNESS,
+            f"pbt.fitness must be one of {', '.join(PBT_FITNESS)}, got {pbt.fitness!r}")
+    require(pbt.min_episodes is None or pbt.min_episodes >= 1,
+            f"pbt.min_episodes must be >= 1 or null, got {pbt.min_episodes}")
+    base = to_dict(config)
+    base.pop("population")
+    base.pop("pbt")
+    known = {key for key, _, _ in describe()}
+    mutable = config.algorithm.sweepable
+    for key, m in pbt.mutations.items():
+        if key not in mutable:
+            why = ("changes array shapes or the compiled program, so it cannot change during "
+                   "a run" if key in known else "is not a config key")
+            raise ConfigError(f"pbt.mutations: '{key}' {why}; mutable keys of algo "
+                              f"{config.algo}: {', '.join(mutable)}")
+        where = f"pbt.mutations.{key}"
+        require(m.prior in PBT_PRIORS,
+                f"{where}.prior must be one of {', '.join(PBT_PRIORS)}, got {m.prior!r}")
+        require(m.low < m.high, f"{where}: low ({m.low}) must be below high ({m.high})")
+        require(m.prior != "log" or m.low > 0,
+                f"{where}: a log prior needs low > 0, got {m.low}")
+        require(all(f > 0 for f in m.factors),
+                f"{where}.factors must be > 0, got {list(m.factors)}")
+        for value in (m.low, m.high):
+            try:
+                check(from_dict(apply_overrides(base, [f"{key}={value}"]), population=False))
+            except ConfigError as e:
+                raise ConfigError(f"{where}: bound {value}: {e}") from None
+    if not pbt.enabled:
+        return
+    pop = config.population
+    size = len(pop.seeds or [config.seed])
+    for values in pop.sweep.values():
+        size *= len(values)
+    require(size >= 2, f"pbt.enabled needs a population of at least 2 members "
+                       f"(population.seeds or population.sweep), got {size}")
+    for key, m in pbt.mutations.items():
+        for value in pop.sweep.get(key, [_value_of(base, key)]):
+            require(m.low <= value <= m.high,
+                    f"pbt.mutations.{key}: a member starts at {value}, outside [low, high] = "
+                    f"[{m.low}, {m.high}]")
+
+
+def _value_of(data: dict[str, Any], key: str) -> Any:
+    for part in key.split("."):
+        data = data[part]
+    return data
 
 
 def describe() -> list[tuple[str, str, str]]:

@@ -3,7 +3,8 @@
 Episode return (and eval return, where logged) against global env steps, with steps/s below;
 several runs are overlaid. A population run (rows carry a ``member``) is drawn as its mean
 curve with a 95 % bootstrap band over members; a sweep gets one curve per swept setting (mean
-over its seeds) and a second panel of final return against the swept value. Reads the run's
+over its seeds) and a second panel of final return against the swept value. A PBT run gets each
+member's return and learning rate over time, every copy marked. Reads the run's
 metrics.jsonl, config.yaml and (when present) summary.json.
 """
 
@@ -13,6 +14,8 @@ import argparse
 import json
 import sys
 from pathlib import Path
+
+import numpy as np
 
 from jaxrl_dist.errors import UserError
 
@@ -43,6 +46,8 @@ def _save(fig, out: Path) -> Path:
 
 def plot(run_dirs: list[Path], out: Path) -> Path:
     if len(run_dirs) == 1 and any("member" in r for r in read_rows(run_dirs[0])[:1]):
+        if any(r.get("event") == "pbt_round" for r in read_rows(run_dirs[0])):
+            return plot_pbt(run_dirs[0], out)
         return plot_population(run_dirs[0], out)
     plt = _pyplot()
 
@@ -127,6 +132,55 @@ def plot_population(run_dir: Path, out: Path) -> Path:
                                                      else " (training)"),
                title="final return per member (square: mean over seeds)")
         ax.grid(alpha=0.3)
+    out = _save(fig, out)
+    plt.close(fig)
+    return out
+
+
+def plot_pbt(run_dir: Path, out: Path) -> Path:
+    """A PBT run: each member's training return and learning rate (as the update used it)
+    against env steps, one colour per member; every copy marked on its target's curves (x)
+    with a thin line from the source's point."""
+    rows = read_rows(run_dir)
+    curves: dict[int, list[tuple[int, float | None, float | None]]] = {}
+    for r in rows:
+        if "member" in r:
+            curves.setdefault(r["member"], []).append(
+                (r["env_steps"], r.get("episode_return"), r.get("learning_rate")))
+    copies = [r for r in rows if r.get("event") == "pbt_copy"]
+
+    def at(member: int, steps: int, column: int) -> float | None:
+        for s, *values in curves.get(member, []):
+            if s == steps:
+                return values[column]
+        return None
+
+    plt = _pyplot()
+    fig, (ax_ret, ax_lr) = plt.subplots(2, 1, figsize=(9, 7.5), sharex=True)
+    for m in sorted(curves):
+        steps, ret, lr = zip(*curves[m])
+        color = f"C{m % 10}"
+        ax_ret.plot(steps, [np.nan if v is None else v for v in ret], color=color, lw=1,
+                    label=f"member {m}")
+        if any(v is not None for v in lr):
+            ax_lr.plot(steps, [np.nan if v is None else v for v in lr], color=color, lw=1)
+    for c in copies:
+        color = f"C{c['target'] % 10}"
+        for ax, column in ((ax_ret, 0), (ax_lr, 1)):
+            src, dst = at(c["source"], c["env_steps"], column), at(c["target"], c["env_steps"],
+                                                                     column)
+            if dst is not None:
+                ax.plot([c["env_steps"]], [dst], "x", color=color, ms=5)
+                if src is not None:
+                    ax.plot([c["env_steps"]] * 2, [src, dst], color=color, lw=0.5, alpha=0.5)
+    ax_ret.set(ylabel="episode return (training)",
+               title=f"PBT: {len(curves)} members, {len(copies)} copies (x: a member "
+                     f"overwritten by a better one)")
+    ax_ret.grid(alpha=0.3)
+    ax_ret.legend(fontsize=7, ncol=4)
+    ax_lr.set(ylabel="learning rate (the update's)", xlabel="global env steps per member",
+              yscale="log")
+    ax_lr.grid(alpha=0.3)
     out = _save(fig, out)
     plt.close(fig)
     return out

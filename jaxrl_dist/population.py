@@ -40,6 +40,7 @@ def member_config(config: Config, index: int) -> Config:
     member = members(config)[index]
     data = config_lib.to_dict(config)
     data.pop("population")
+    data.pop("pbt")   # the single run selects nothing
     data["seed"] = member.seed
     data = config_lib.apply_overrides(data, [f"{k}={v!r}" for k, v in member.values.items()])
     return config_lib.from_dict(data)
@@ -50,11 +51,30 @@ def hparam_name(key: str) -> str:
     return key.split(".", 1)[1]
 
 
+def hparam_keys(config: Config) -> list[str]:
+    """The dotted keys the train state holds as arrays: the swept ones, and (with PBT on) the
+    ones PBT mutates, so that a round's new value is the one the next update reads."""
+    keys = list(config.population.sweep)
+    if config.pbt.enabled:
+        keys += [k for k in config.pbt.mutations if k not in keys]
+    return keys
+
+
 def hparams(config: Config) -> dict[str, np.ndarray]:
-    """Swept values as float32 arrays ``[members]`` (empty without a sweep)."""
-    ms = members(config)
-    return {hparam_name(k): np.asarray([m.values[k] for m in ms], np.float32)
-            for k in config.population.sweep}
+    """Each member's starting values of :func:`hparam_keys` as float32 arrays ``[members]``
+    (empty without a sweep or PBT mutations): swept values, else the config's."""
+    ms, data = members(config), config_lib.to_dict(config)
+
+    def value(member: Member, key: str) -> float:
+        if key in member.values:
+            return member.values[key]
+        node = data
+        for part in key.split("."):
+            node = node[part]
+        return node
+
+    return {hparam_name(k): np.asarray([value(m, k) for m in ms], np.float32)
+            for k in hparam_keys(config)}
 
 
 def label(config: Config, member: Member) -> str:

@@ -19,6 +19,7 @@ import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
 
 from jaxrl_dist import agents, compile_cache, keys, population, rollout
+from jaxrl_dist import pbt as pbt_lib
 from jaxrl_dist.agents.base import EPISODE_METRICS, Agent, check_aggregations, check_metrics
 from jaxrl_dist.config import Config
 from jaxrl_dist import envs as envs_lib
@@ -123,6 +124,10 @@ class Learner(NamedTuple):
                                       #   transitions (its key split as the update splits it),
                                       #   donating train and data: what host actors feed
     replicated: bool = False          # learn_next learns the whole batch on every device
+    exploit: Any = None               # with PBT, jit: (train, pbt, seed key, fitness [M] or
+                                      #   None) -> (train, pbt, pbt.Round): one round over the
+                                      #   whole member axis, donating train and pbt
+    pbt: Any = None                   # pbt.Settings with PBT on
 
 
 class RunSettings(NamedTuple):
@@ -130,12 +135,14 @@ class RunSettings(NamedTuple):
 
     eval_episodes: int
     eval_deterministic: bool
-    swept: tuple[str, ...] = ()   # names of a population's swept hyperparameters
+    swept: tuple[str, ...] = ()   # names of the hyperparameters held as arrays in the state
+    pbt: Any = None               # pbt.Settings with PBT on, else None
 
     @classmethod
     def of(cls, config: Config) -> RunSettings:
         return cls(config.eval_episodes, config.eval_deterministic,
-                   tuple(population.hparam_name(k) for k in config.population.sweep))
+                   tuple(population.hparam_name(k) for k in population.hparam_keys(config)),
+                   pbt_lib.settings(config) if config.pbt.enabled else None)
 
 
 def make_learner(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | Mesh) -> Learner:
@@ -194,7 +201,10 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
     options = compile_options(spec, layout)
     mesh, axis = layout.mesh, layout.data_axis
     E, T = sizes.local_envs, agent.steps_per_env
-    specs = RunState(layout.train, layout.envs, layout.envs)
+    pbt = settings.pbt if layout.members else None
+    if pbt is not None:   # its round, windows and lineage make a resume exact
+        agent = agent._replace(checkpointed=agent.checkpointed._replace(pbt=True))
+    specs = RunState(layout.train, layout.envs, layout.envs, layout.train if pbt else ())
     host = spec.on_host   # stepped by the host driver (jaxrl_dist.drivers.host)
     agent, env_inputs, input_specs = _environments(agent, spec, layout, host,
                                                    E * layout.data_size, settings.eval_episodes)
@@ -208,7 +218,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         actors = () if host else rollout.reset_actors(
             spec, agent, keys.per_env(seed.envs, env_ids), handles)
         train, data = agent.init(seed.train, params, swept)
-        return RunState(train, actors, data)
+        return RunState(train, actors, data, pbt_lib.init(pbt) if pbt else ())
 
     def collect_local(train, actors, key):
         env_ids = rollout.local_env_ids(E, axis)
@@ -232,7 +242,8 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         actors, trajectory = collect_local(state.train, state.actors, k.act)
         train, data, metrics = learn_local(state.train._replace(key=k.next), state.data,
                                            trajectory, k.learn)
-        return RunState(train, actors, data), metrics
+        window = pbt_lib.accumulate(state.pbt, metrics) if pbt else ()
+        return RunState(train, actors, data, window), metrics
 
     def update_local(state: RunState, num_updates: int):
         return jax.lax.scan(one_update, state, None, length=num_updates)
@@ -261,7 +272,8 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
     # back replicated in a multi-process job, not in the shardings the update compiles for.
     init_program = jax.jit(smap(init_body, (layout.train, layout.train, input_specs.train),
                                 specs),
-                           out_shardings=RunState(*map(layout.sharding, specs)))
+                           out_shardings=RunState(*(
+                               layout.sharding(s) if isinstance(s, P) else s for s in specs)))
 
     init = _compiled_once(init_program, mesh, env_inputs.train)
 
@@ -297,13 +309,24 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
 
         return RunState(*map(like, shapes, specs))
 
+    exploit = None
+    if pbt is not None:   # a round sees the whole member axis: jit over the global arrays
+        on_member = layout.sharding(layout.train)
+        replicated = layout.sharding(P())
+
+        def one_round(train, state, seed_key, fitness):
+            return pbt_lib.step(train, state, seed_key, pbt, fitness)
+        exploit = _Unrolled(jax.jit(
+            one_round, donate_argnums=(0, 1),
+            out_shardings=(on_member, on_member, replicated)))
+
     evaluate = None if host else make_eval_program(   # host actors evaluate on the host
         agent, spec, layout, settings.eval_episodes, settings.eval_deterministic, options,
         input_specs.eval)
 
     return Learner(init, update, learn, collect, evaluate, abstract_state, layout, init_program,
                    agent, specs, {**agent.metrics, SKIPPED: "sum"}, env_inputs,
-                   _restored(agent, layout, smap), learn_next)
+                   _restored(agent, layout, smap), learn_next, exploit=exploit, pbt=pbt)
 
 
 def _environments(agent: Agent, spec: EnvSpec, layout: Layout, host: bool, num_envs: int,

@@ -59,6 +59,31 @@ def member_rows(head: dict[str, Any], metrics: dict[str, np.ndarray], members: i
     return rows
 
 
+def pbt_rows(head: dict[str, Any], record: Any) -> list[dict[str, Any]]:
+    """metrics.jsonl rows of a PBT round (``record``: a :class:`jaxrl_dist.pbt.Round` read
+    back): one ``pbt_round`` row with every member's fitness, eligibility and parent, then one
+    ``pbt_copy`` row per copied member with its hyperparameters before and after."""
+    at = {"env_steps": head["env_steps"], "updates": head["updates"]}
+    r = int(record.round)
+    parents = np.asarray(record.parents).tolist()
+    rows = [{**at, "event": "pbt_round", "round": r, "parents": parents,
+             "fitness": np.asarray(record.fitness, np.float64).tolist(),
+             "eligible": np.asarray(record.eligible).tolist()}]
+    for target, source in enumerate(parents):
+        if source != target:
+            rows.append({**at, "event": "pbt_copy", "round": r, "source": source,
+                         "target": target,
+                         "old": {k: _f32(v[target]) for k, v in record.before.items()},
+                         "new": {k: _f32(v[target]) for k, v in record.after.items()}})
+    return rows
+
+
+def _f32(value: Any) -> float:
+    """A float32 as the shortest decimal that reads back as the same float32 (0.01, not
+    0.009999999776482582)."""
+    return float(str(np.float32(value)))
+
+
 def _clean(value: Any) -> Any:
     """Strict JSON: NaN and infinities (which JSON has no words for) become null, at any depth
     (a population's per-member rows and aggregates included)."""
@@ -134,6 +159,7 @@ class NullReporter:
     def start(self, *args: Any, **kwargs: Any) -> None: ...
     def log(self, row: dict[str, Any]) -> None: ...
     def log_population(self, rows: list[dict[str, Any]]) -> None: ...
+    def log_events(self, rows: list[dict[str, Any]]) -> None: ...
     def advance(self, env_steps: int, postfix: dict[str, str]) -> None: ...
     def message(self, text: str) -> None: ...
     def finish(self, summary: dict[str, Any]) -> None: ...
@@ -254,6 +280,14 @@ class RunReporter(NullReporter):
                 self._scalars(self._tb, summary)
             if self.tracker is not None:
                 self._track(tracking.population_row(rows, _SHARED, stats))
+
+    def log_events(self, rows: list[dict[str, Any]]) -> None:
+        """Rows that are records, not scalars over time (PBT's rounds and copies):
+        metrics.jsonl only, after the call's rows."""
+        rows = [{k: _clean(v) for k, v in row.items()} for row in rows]
+        text = "".join(json.dumps(row, allow_nan=False) + "\n" for row in rows)
+        with self._row, faults.writing("writing", self.run_dir / "metrics.jsonl"):
+            self._metrics.write(text)
 
     @staticmethod
     def _scalars(writer, row: dict[str, Any]) -> None:

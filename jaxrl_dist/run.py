@@ -58,6 +58,8 @@ class Run:
     timing: dict[str, float] = field(default_factory=dict)
     watch: Any = None   # faults.DivergenceWatch: streaks of updates skipped as non-finite
     driver: Any = None   # drivers.Driver: how the updates reach the environments
+    exploit: Any = None  # with PBT: the compiled round (drivers.base.Ready.exploit)
+    pbt_key: Any = None  # with PBT: the run seed's key, replicated: rounds draw from it
 
     def record_returns(self, rows: list[dict[str, Any]]) -> None:
         """Fold one call's metrics rows (one per member) into the final and best returns."""

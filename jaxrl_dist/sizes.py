@@ -44,8 +44,16 @@ def derive_sizes(config: Config, num_devices: int) -> Sizes:
         steps_per_env=steps,
         batch_size=batch,
         num_updates=num_updates,
-        updates_per_call=choose_updates_per_call(num_updates, c.updates_per_call),
+        updates_per_call=(pbt_updates_per_call(c.pbt.interval_updates, c.updates_per_call)
+                          if c.pbt.enabled else
+                          choose_updates_per_call(num_updates, c.updates_per_call)),
     )
+
+
+def pbt_updates_per_call(interval: int, wanted: int) -> int:
+    """PBT's rounds run between compiled calls: the largest divisor of the round interval
+    not above ``wanted``, so every round falls on a call's end."""
+    return max(k for k in range(1, min(wanted, interval) + 1) if interval % k == 0)
 
 
 def choose_updates_per_call(num_updates: int, wanted: int) -> int:

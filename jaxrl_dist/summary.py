@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import jax
 
 import jaxrl_dist
-from jaxrl_dist import distributed, population
+from jaxrl_dist import distributed, pbt, population
 from jaxrl_dist.types import RunState
 
 if TYPE_CHECKING:
@@ -17,13 +17,18 @@ if TYPE_CHECKING:
 
 
 def rebuilt_on_resume(run: Run) -> list[str]:
+    """The slots a resumed run started afresh: those a learner keeps out of checkpoints
+    (``pbt``, which exists only with PBT and is then always saved, is never one)."""
     if not run.first_update:
         return []
-    return [name for name in RunState._fields if name not in run.checkpointer.saved]
+    return [name for name in RunState._fields
+            if name != "pbt" and name not in run.checkpointer.saved]
 
 
-def build(run: Run, stats: list[tuple[float, str]]) -> dict[str, Any]:
-    """The summary of a finished run; ``stats``: each member's (parameter norm, fingerprint)."""
+def build(run: Run, stats: list[tuple[float, str]], pbt_state: Any = None,
+          hparams: Any = None) -> dict[str, Any]:
+    """The summary of a finished run; ``stats``: each member's (parameter norm, fingerprint);
+    with PBT, the final PBT state and hyperparameters read back (the lineage)."""
     c, sizes, layout = run.config, run.sizes, run.layout
     count = layout.members or 1
     last = run.evals[-1] if run.evals else None
@@ -61,6 +66,24 @@ def build(run: Run, stats: list[tuple[float, str]]) -> dict[str, Any]:
         "run_dir": str(run.run_dir),
     }
     if layout.members:
-        summary.update(population.summarize(
-            c, [member_row(m) for m in range(count)], layout.describe()))
+        rows = [member_row(m) for m in range(count)]
+        if pbt_state is not None:   # each member's hyperparameters as it ended
+            for m, row in enumerate(rows):
+                row["final_hparams"] = {k: float(str(v[m])) for k, v in hparams.items()}
+        summary.update(population.summarize(c, rows, layout.describe()))
+    if pbt_state is not None:
+        summary["pbt"] = pbt_summary(run, pbt_state, hparams)
     return summary
+
+
+def pbt_summary(run: Run, pbt_state: Any, hparams: dict[str, Any]) -> dict[str, Any]:
+    """Rounds run, the last fitness, and every copy (round, source, target, old and new
+    hyperparameters), from the state alone: complete across resumes."""
+    settings = run.learner.pbt
+    start = population.hparams(run.config)
+    names = [m.name for m in settings.mutations]
+    return {"rounds": int(pbt_state.round[0]), "round_updates": list(settings.rounds),
+            "fitness": [float(f) for f in pbt_state.fitness],
+            "copies": pbt.lineage(pbt_state.parents, pbt_state.history,
+                                  {n: start[n] for n in names}, settings.rounds),
+            "final_hparams": {n: [float(str(v)) for v in hparams[n]] for n in names}}

@@ -134,6 +134,14 @@ def _ready(*, config: Config, parts: _Parts, opened: _RunDir, resume: bool, prog
     except BaseException:   # the run never starts: what the driver opened is closed now
         parts.driver.close()
         raise
+    pbt_key = None
+    if parts.learner.pbt is not None:
+        if ready.exploit is None:
+            parts.driver.close()
+            raise ConfigError(f"pbt: {parts.spec.name} is stepped on the host; PBT runs "
+                              f"populations of environments stepped inside the program")
+        pbt_key = parts.layout.put(np.asarray(jax.random.PRNGKey(config.seed)),
+                                   jax.sharding.PartitionSpec())
     reporter = _make_reporter(run_dir=opened.path, sizes=parts.sizes, progress=progress,
                               resume=resume, updates_done=ready.updates_done,
                               tracker=opened.tracker)
@@ -150,7 +158,8 @@ def _ready(*, config: Config, parts: _Parts, opened: _RunDir, resume: bool, prog
               device_kind=parts.device_kind, driver=parts.driver,
               watch=faults.DivergenceWatch(config.max_nonfinite_skips, parts.layout.members,
                                            programs.SKIPPED, tuple(EPISODE_METRICS),
-                                           say=reporter.message))
+                                           say=reporter.message),
+              exploit=ready.exploit, pbt_key=pbt_key)
     _start(run, restored=opened.restore, note=opened.note, compile_start=compile_start)
     return run
 
@@ -317,9 +326,9 @@ def loop(run: Run) -> None:
 
     def flush() -> None:
         while pending:
-            metrics, updates, n, done_at = pending.pop(0)
+            metrics, updates, n, done_at, pbt_round = pending.pop(0)
             _log(run, writer, speed, metrics, updates, n * sizes.batch_size,
-                 eval_row.pop(updates, None), done_at)
+                 eval_row.pop(updates, None), done_at, pbt_round)
         distributed.heartbeat()
 
     loop_start = time.perf_counter()
@@ -361,8 +370,9 @@ def _calls(run: Run, hooks: HookTable, pending: list, flush, evaluate, loop_star
         run.timed("loop_dispatch", begin)   # asynchronous: near 0 unless the queue is full
         done_at = run.driver.row_end(stamp)
         run.updates_done += n
+        pbt_round = _pbt_round(run) if run.exploit is not None else None
         flush()
-        pending.append((metrics, run.updates_done, n, done_at))
+        pending.append((metrics, run.updates_done, n, done_at, pbt_round))
         if call_index == 1 and not hooks.calibrated:   # seconds -> updates, agreed once
             jax.block_until_ready(run.state)
             per_update = ((time.perf_counter() - loop_start)
@@ -382,6 +392,24 @@ def _calls(run: Run, hooks: HookTable, pending: list, flush, evaluate, loop_star
             checked = time.perf_counter()
         if _should_stop(run, call_index, saved="checkpoint" in fired):
             break
+
+
+def _pbt_round(run: Run) -> Any:
+    """A PBT round if one is due after this call (the same update on every process), on the
+    state the checkpoint of this update then holds; its record (arrays still on the devices,
+    read when the call's rows are logged), or None."""
+    settings = run.learner.pbt
+    if run.updates_done not in settings.rounds:
+        return None
+    begin = time.perf_counter()
+    fitness = None
+    if settings.fitness == "eval":
+        result = run.evaluate(run.state.train, run.seed_keys, run.learner.env_inputs.eval)
+        fitness = jax.device_put(result["return_mean"], run.layout.sharding(run.layout.train))
+    train, pbt, record = run.exploit(run.state.train, run.state.pbt, run.pbt_key, fitness)
+    run.state = run.state._replace(train=train, pbt=pbt)
+    run.timed("pbt_dispatch", begin)
+    return record
 
 
 class _Speed:
@@ -476,7 +504,8 @@ def _should_stop(run: Run, call_index: int, saved: bool) -> bool:
 
 
 def _log(run: Run, writer: reporting.Background, speed: _Speed, metrics: Any, updates: int,
-         steps: int, result: dict | None, done_at: tuple[float, float] | None = None) -> None:
+         steps: int, result: dict | None, done_at: tuple[float, float] | None = None,
+         pbt_round: Any = None) -> None:
     """One row per member: metrics of one call (and an evaluation made right after it). The
     divergence watch reads them here (the loop's stop decision); the rows are built and
     written on ``writer``'s thread."""
@@ -488,16 +517,21 @@ def _log(run: Run, writer: reporting.Background, speed: _Speed, metrics: Any, up
             "time_s": time.perf_counter() - run.start}
     run.watch.observe(host, updates)
     run.timed("loop_watch", begin)
-    writer.submit(_write, run, head, host, result)
+    if pbt_round is not None:
+        pbt_round = sharding.to_host(pbt_round)   # replicated: every process reads it whole
+    writer.submit(_write, run, head, host, result, pbt_round)
 
 
-def _write(run: Run, head: dict, host: dict, result: dict | None) -> None:
+def _write(run: Run, head: dict, host: dict, result: dict | None, pbt_round: Any = None
+           ) -> None:
     begin = time.perf_counter()
     rows = reporting.member_rows(head, host, run.layout.members, result, run.learner.metrics)
     if run.layout.members:
         run.reporter.log_population(rows)
     else:
         run.reporter.log(rows[0])
+    if pbt_round is not None:
+        run.reporter.log_events(reporting.pbt_rows(head, pbt_round))
     run.record_returns(rows)
     run.reporter.advance(head["env_steps"], reporting.postfix(rows))
     run.timed("host_logging", begin)   # on the writer's thread, beside the loop
@@ -508,7 +542,10 @@ def _write(run: Run, head: dict, host: dict, result: dict | None) -> None:
 def summarize(run: Run) -> dict[str, Any]:
     begin = time.perf_counter()
     stats = integrity.member_stats(run.state.train.params, run.layout)
-    summary = summary_lib.build(run, stats)
+    pbt_state = hparams = None
+    if run.learner.pbt is not None:   # a collective: every process gathers them
+        pbt_state, hparams = run.layout.to_host((run.state.pbt, run.state.train.hparams))
+    summary = summary_lib.build(run, stats, pbt_state, hparams)
     run.timed("summary", begin)
     summary["time_s"] = {k: round(v, 3) for k, v in {
         **run.timing, "compile_and_init": run.compile_time, "loop": run.loop_time}.items()}

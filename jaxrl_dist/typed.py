@@ -47,6 +47,9 @@ def coerce(path: str, tp: Any, value: Any) -> Any:
                            {f"{prefix}{k}": v})
             return out
 
+        if dataclasses.is_dataclass(value_tp):   # {dotted key: a section of its own}
+            return {coerce(path, key_tp, k): build(value_tp, v, f"{path}.{k}.")
+                    for k, v in _sections(value).items()}
         value = flat(value)
         return {coerce(path, key_tp, k): coerce(f"{path}.{k}", value_tp, v)
                 for k, v in value.items()}
@@ -80,6 +83,20 @@ def coerce(path: str, tp: Any, value: Any) -> Any:
     else:  # pragma: no cover - only the types above are used
         raise TypeError(tp)
     raise ConfigError(f"config key '{path}': expected {type_name(tp)}, got {value!r}")
+
+
+def _sections(d: dict, prefix: str = "") -> dict:
+    """``{ppo: {learning_rate: {low: ..}}}`` -> ``{"ppo.learning_rate": {low: ..}}``: nested
+    mappings are descended while every value is a mapping (a key path), and the first mapping
+    holding a non-mapping value is the section (``--set pbt.mutations.ppo.learning_rate.low=``
+    nests it that way; a YAML file may write the dotted key)."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v and all(isinstance(x, dict) for x in v.values()):
+            out.update(_sections(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
 
 
 def keys(cls: type) -> list[str]:
@@ -128,6 +145,11 @@ def build(cls: type, data: dict[str, Any], prefix: str = "", also: tuple[str, ..
     unknown = sorted(set(data) - set(fields))
     if unknown:
         raise unknown_key(unknown[0], keys(cls) + list(also), prefix)
+    missing = [name for name, f in fields.items() if name not in data
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise ConfigError(f"config section '{prefix.rstrip('.')}' needs "
+                          f"{', '.join(prefix + name for name in missing)}")
     kwargs = {}
     for name, value in data.items():
         tp = hints[name]

@@ -11,6 +11,8 @@ as a whole. Its three slots differ in where they live and how they are checkpoin
   = global environment index.
 * ``data``: learner-owned data sharded along the data axis (a replay buffer, with a shard
   count from the config), or ``()`` for an on-policy learner.
+* ``pbt``: a population's PBT state (:class:`jaxrl_dist.pbt.PbtState`: round, fitness window,
+  lineage), laid out like ``train`` and always checkpointed; ``()`` without PBT.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ class RunState(NamedTuple):
     train: Any
     actors: ActorState
     data: Any = ()
+    pbt: Any = ()
 
 
 class Transition(NamedTuple):

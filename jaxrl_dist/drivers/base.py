@@ -17,6 +17,8 @@ class Ready(NamedTuple):
     compiled: dict[int, Any]   # updates per call -> (RunState) -> (RunState, metrics {name: [n]})
     evaluate: Any              # (train, seed key(s), env inputs) -> {"return_mean", ...}
     seconds: dict[str, float]  # per program: trace + lower, then compile
+    exploit: Any = None        # with PBT: (train, pbt, seed key, fitness) -> (train, pbt,
+                               #   pbt.Round), compiled once for every round of the run
 
 
 class Seconds(dict):
@@ -35,6 +37,24 @@ def init_or_restore(learner: Any, seed_keys: Any, swept: Any,
     ``restore``, a checkpoint restored into its shapes and shardings; with its update count."""
     state = learner.init(seed_keys, swept)
     return restore(state) if restore is not None else (state, 0)
+
+
+def lower_exploit(learner: Any, abstract: Any) -> Any:
+    """The PBT round's program lowered for ``abstract`` (the state's ShapeDtypeStructs), or
+    None without PBT: the fitness is the state's own window, or an evaluation's [M]."""
+    if learner.exploit is None:
+        return None
+    import jax
+    import jax.numpy as jnp
+    from jax.sharding import PartitionSpec as P
+
+    layout = learner.layout
+    key = jax.ShapeDtypeStruct((2,), jnp.uint32, sharding=layout.sharding(P()))
+    fitness = None
+    if learner.pbt.fitness == "eval":
+        fitness = jax.ShapeDtypeStruct((layout.members,), jnp.float32,
+                                       sharding=layout.sharding(layout.train))
+    return learner.exploit.lower(abstract.train, abstract.pbt, key, fitness)
 
 
 class Driver:

@@ -11,7 +11,7 @@ import jax
 
 from jaxrl_dist import compile_cache
 from jaxrl_dist import sizes as sizes_lib
-from jaxrl_dist.drivers.base import Driver, Ready, Seconds, init_or_restore
+from jaxrl_dist.drivers.base import Driver, Ready, Seconds, init_or_restore, lower_exploit
 
 
 class FusedDriver(Driver):
@@ -32,17 +32,21 @@ class FusedDriver(Driver):
         env_inputs = learner.env_inputs
         lowered_eval = seconds.timed("evaluate", learner.evaluate.lower, abstract.train,
                                      seed_keys, env_inputs.eval)
+        lowered_exploit = seconds.timed("pbt", lower_exploit, learner, abstract)
         pool = ThreadPoolExecutor(max_workers=1)
         try:
             pending = {n: pool.submit(seconds.timed, "update", low.compile)
                        for n, low in lowered.items()}
             pending_eval = pool.submit(seconds.timed, "evaluate", lowered_eval.compile, once)
+            pending_exploit = None if lowered_exploit is None else pool.submit(
+                seconds.timed, "pbt", lowered_exploit.compile)
             state, updates_done = init_or_restore(learner, seed_keys, swept, restore)
             compiled = {n: f.result() for n, f in pending.items()}
             evaluate = pending_eval.result()
+            exploit = None if pending_exploit is None else pending_exploit.result()
         finally:  # on an error, do not wait for the compile: fail at once
             pool.shutdown(wait=False, cancel_futures=True)
         for n in set(sizes_lib.calls(sizes, updates_done)) - set(compiled):   # resumed off
             compiled[n] = learner.update.lower(abstract, n).compile()          # this grid
         jax.block_until_ready(state)
-        return Ready(state, updates_done, compiled, evaluate, dict(seconds))
+        return Ready(state, updates_done, compiled, evaluate, dict(seconds), exploit)
