@@ -3,7 +3,7 @@ CleanRL-style check that a change to a learner, an environment adapter or the co
 broke none of them). The configs' learning results are in docs/learning.md; this checks only
 that each runs end to end (init, update, evaluation, checkpoint, summary) with finite
 parameters. Suites whose compiles exceed the CI budget on 2 cores run with
-JAXRL_DIST_FULL_ENV_TESTS=1, as in test_env_suites.py."""
+JAXRL_DIST_FULL_TESTS=1, as in test_env_suites.py."""
 
 import glob
 import math
@@ -29,9 +29,9 @@ def test_shipped_config_trains_two_updates(path, tmp_path):
     suite = registry.parse(config.env)[0]
     if not registry.available(suite):
         pytest.skip(f"optional extra '{suite}' is not installed")
-    if suite not in WITHIN_BUDGET and not os.environ.get("JAXRL_DIST_FULL_ENV_TESTS"):
+    if suite not in WITHIN_BUDGET and not os.environ.get("JAXRL_DIST_FULL_TESTS"):
         pytest.skip(f"{suite}: its compiles exceed the CI budget on 2 cores; run with "
-                    f"JAXRL_DIST_FULL_ENV_TESTS=1")
+                    f"JAXRL_DIST_FULL_TESTS=1")
     batch = sizes_lib.derive_sizes(config, 1).batch_size
     overrides = [f"total_timesteps={2 * batch}", "updates_per_call=1", "eval_episodes=2"]
     if hasattr(config.agent, "learning_starts"):   # a replay's warm-up: learn in the second

@@ -31,10 +31,10 @@ def need(suite: str) -> None:
 
 def within_ci_budget(what: str) -> None:
     """Tests whose compiles cost more than the CI budget affords on 2 cores run with
-    JAXRL_DIST_FULL_ENV_TESTS=1 (they pass on the development machine: docs/environments.md)."""
-    if not os.environ.get("JAXRL_DIST_FULL_ENV_TESTS"):
+    JAXRL_DIST_FULL_TESTS=1 (they pass on the development machine: docs/environments.md)."""
+    if not os.environ.get("JAXRL_DIST_FULL_TESTS"):
         pytest.skip(f"{what}: over the CI time budget on 2 cores; run with "
-                    f"JAXRL_DIST_FULL_ENV_TESTS=1")
+                    f"JAXRL_DIST_FULL_TESTS=1")
 
 
 # ------------------------------------------------------------------ the library's own step
@@ -250,7 +250,7 @@ TOPOLOGY = [("brax:fast", {"episode_length": 16}), ("playground:CartpoleBalance"
 
 
 # In CI: Brax. MJX's solver, Craftax's world generator (~55 s each for 1 and 2 devices),
-# Jumanji (~24 s) and XLand-MiniGrid (~19 s) run with JAXRL_DIST_FULL_ENV_TESTS=1.
+# Jumanji (~24 s) and XLand-MiniGrid (~19 s) run with JAXRL_DIST_FULL_TESTS=1.
 IN_CI = {"brax"}
 
 
@@ -391,7 +391,7 @@ LAUNCHED = [("brax:fast", ["episode_length=16"]), ("xminigrid:MiniGrid-Empty-5x5
 def test_two_launcher_processes_equal_one_process_with_two_devices(env, sets, tmp_path):
     """Through the launcher (2 processes x 1 device, gloo between them) every rank ends with
     the parameters of 1 process x 2 devices. Brax runs in CI; the others (~40 s of compiling
-    per run on 2 cores) with JAXRL_DIST_FULL_ENV_TESTS=1."""
+    per run on 2 cores) with JAXRL_DIST_FULL_TESTS=1."""
     import subprocess
     import sys
     from helpers import _env, run_launcher, summaries
