@@ -63,6 +63,7 @@ SMOKE = {
 # (measured 2026-11-26 with `pytest -n 0 --durations=0`; refresh the list the same way), and
 # tests/test_configs.py (every shipped config, ~80 s).
 SLOW = {
+    "tests/test_recurrent.py::test_first_minibatch_replays_the_rollout[1]",   # 32 s; [2] is smoke
     "tests/test_host_envs.py::test_every_learner_trains_on_a_registered_host_env[ppo]",
     "tests/test_host_envs.py::test_a_users_env_class_and_vector_env_through_the_python_api",
     "tests/test_host_envs.py::test_pqn_learns_the_whole_batch_on_every_device",   # 6.4 s, 11-27
