@@ -1,12 +1,14 @@
 """``python -m jaxrl_dist.export``: every network the trainer builds (feed-forward, recurrent
-PPO stepping its carry, SAC's and TD3's actors), as ONNX (and StableHLO), acts as ``policy.load`` does; a mismatch writes
-nothing; bad input is one line. A plug-in algorithm (tests/toy_learner.py) exports through its
-registry record's emitter, and one without an emitter is a one-line error.
+PPO stepping its carry, SAC's, TD3's and CrossQ's actors), as ONNX (and StableHLO), acts as
+``policy.load`` does; a mismatch writes nothing; bad input is one line. A plug-in algorithm
+(tests/toy_learner.py) exports through its registry record's emitter, and one without an
+emitter is a one-line error.
 
 Policies are built without training: the learner's own parameter tree with every leaf drawn at
 random (biases, LayerNorm scales and normalisation moments included, so a parameter mapped to
 the wrong place shows), checked at batch 1, 2 and 7 by the exporter itself."""
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -343,6 +345,33 @@ def test_td3_actor_output_on_flattened_grid_observations(tmp_path):
     got = _session(result.onnx_path).run(["actions"], {"obs": observations})[0]
     np.testing.assert_allclose(got, _policy_actions(policy, observations), atol=1e-5, rtol=0)
     assert np.all(np.abs(got) <= 2.0) and got.shape == (63, 1) and result.max_diff <= 1e-5
+
+
+def test_crossq_batch_renorm_in_eval_mode_by_the_running_statistics(tmp_path):
+    """CrossQ's deterministic action: SAC's head after batch renormalisation before the first
+    and after each hidden layer, in eval mode: by the running statistics (drawn at random
+    here, as the layers' scales and biases, so a mean or variance mapped to the wrong layer
+    shows), on normalised observations; and without the actor's renormalisation, SAC's MLP
+    under flax's ``params`` at opset 11."""
+    env = _env("brax:toy", [5], 2, continuous=True, low=[-1.0, 0.0], high=[2.0, 0.5])
+    section = {"normalize_observations": True,
+               "network": {"actor_hidden": [16, 16], "critic_hidden": [8]}}
+    policy, record = make_policy("crossq", section, env)
+    # scales near 1 (not the draw's ~N(0, 0.1)), so three layers do not flatten the action
+    params = jax.tree_util.tree_map_with_path(
+        lambda path, x: x + 1.0 if "scale" in jax.tree_util.keystr(path) else x, policy.params)
+    policy = dataclasses.replace(policy, params=params)
+    result = export_policy(policy, record, tmp_path / "policy.onnx", opset=17)
+    assert set(params["actor"]["batch_stats"]) == {f"BatchRenorm_{i}" for i in range(3)}
+    observations = parity.sampled_observations(policy.spec, 126, seed=7) * 10
+    got = _session(result.onnx_path).run(["actions"], {"obs": observations})[0]
+    np.testing.assert_allclose(got, _policy_actions(policy, observations), atol=1e-5, rtol=0)
+    assert np.all(got >= [-1.0, 0.0]) and np.all(got <= [2.0, 0.5]) and got.shape == (126, 2)
+    assert np.ptp(got[:, 1]) > 0.05 and result.max_diff <= 1e-5
+    assert {"Tanh", "Clip", "Reciprocal"} <= _ops(result.onnx_path)
+    plain = {"network": {"actor_hidden": [16], "critic_hidden": [8], "batch_norm_actor": False}}
+    policy, result = _export(tmp_path, "crossq", plain, env, opset=11, name="plain.onnx")
+    assert policy.params["actor"]["batch_stats"] == {} and result.max_diff <= 1e-5
 
 
 def test_every_activation_the_configs_allow(tmp_path):

@@ -1,7 +1,8 @@
-"""SAC and TD3: the squashed Gaussian's log-density, entropy tuning, the global-mean gradient
-of every loss, the same parameters on 1 and 2 devices (an environment inside the program and a
-host one), kill -9 and --resume (the buffer in the checkpoint), 2 processes through the
-launcher, and bad input in one line."""
+"""SAC, TD3 and CrossQ: the squashed Gaussian's log-density, entropy tuning, the global-mean
+gradient of every loss, CrossQ's batch renormalisation (statistics of the global batch, their
+gradient), the same parameters on 1 and 2 devices (CrossQ: 1, 2 and 4; an environment inside
+the program and a host one), kill -9 and --resume (the buffer and CrossQ's running statistics
+in the checkpoint), 2 processes through the launcher, and bad input in one line."""
 
 import json
 import shutil
@@ -18,7 +19,8 @@ from jaxrl_dist import config as config_lib
 from jaxrl_dist import sharding
 from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist.agents.offpolicy import learner as offpolicy
-from jaxrl_dist.agents.offpolicy.config import NetworkConfig
+from jaxrl_dist.agents.offpolicy import renorm as renorm_lib
+from jaxrl_dist.agents.offpolicy.config import CrossQNetworkConfig, NetworkConfig
 from jaxrl_dist.agents.offpolicy.networks import make_networks
 from jaxrl_dist.config import ConfigError
 from jaxrl_dist.distributions import TanhGaussian
@@ -39,8 +41,13 @@ SAC = dict(algo="sac", env="Pendulum-v1", seed=4, num_envs=4, total_timesteps=4 
            updates_per_call=5, checkpoint_every=5, checkpoint_minutes=0, eval_episodes=2,
            sac=dict(SECTION, alpha_lr=1e-2))
 TD3 = {**{k: v for k, v in SAC.items() if k != "sac"}, "algo": "td3", "td3": SECTION}
+# CrossQ on the same sizes, 4 replay shards (1, 2 and 4 devices hold whole shards); batch
+# renormalisation from the 10th update (40 random env steps + 40 of plain batch statistics).
+CROSSQ = {**{k: v for k, v in SAC.items() if k != "sac"}, "algo": "crossq", "eval_episodes": 4,
+          "crossq": dict(SECTION, buffer_shards=4, renorm_warmup_steps=40)}
 # The command-line form (JSON is YAML): SAC on gymnax's Pendulum, 40 updates.
 CLI_RUN = {**SAC, "total_timesteps": 4 * 2 * 40, "checkpoint_every": 10}
+CROSSQ_CLI_RUN = {**CROSSQ, "total_timesteps": 4 * 2 * 40, "checkpoint_every": 10}
 
 
 def _config(base, **section):
@@ -160,6 +167,126 @@ def test_gradient_is_the_global_batch_mean(algo, num_devices):
               (params["critic"],), (x,))
 
 
+# ------------------------------------------------------------ CrossQ's batch renormalisation
+
+def _renorm_reference(x, w, params, running, momentum, renorm):
+    """numpy float64, the whole batch at once: the weighted mean and biased variance, the
+    layer's output (sbx's renormalised form: r and d clipped, without gradient), the running
+    statistics' step, the batch's mean, and r, d."""
+    eps = renorm_lib.EPS
+    mean = np.sum(w[:, None] * x, 0) / np.sum(w)
+    var = np.sum(w[:, None] * (x - mean) ** 2, 0) / np.sum(w)
+    running_std = np.sqrt(running["var"] + eps)
+    r = np.clip(np.sqrt(var + eps) / running_std, 1 / renorm_lib.R_MAX, renorm_lib.R_MAX)
+    d = np.clip((mean - running["mean"]) / running_std, -renorm_lib.D_MAX, renorm_lib.D_MAX)
+    use_mean, use_var = (mean - d * np.sqrt(var) / r, var / r**2) if renorm else (mean, var)
+    y = (x - use_mean) / np.sqrt(use_var + eps) * params["scale"] + params["bias"]
+    new = {"mean": momentum * running["mean"] + (1 - momentum) * mean,
+           "var": momentum * running["var"] + (1 - momentum) * var}
+    return y, new, mean, r, d
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("num_devices", [1, 2, 4])
+def test_batch_renorm_statistics_are_the_global_batchs(num_devices):
+    """One BatchRenorm layer in train mode, its batch sharded over 1, 2 or 4 devices, equals
+    numpy on the whole batch: the statistics are the GLOBAL batch's (weighted: a pool's reset
+    samples count 0), not a device's, with and without renormalisation; the running
+    statistics take one momentum step; eval mode normalises by the running statistics. The
+    features are chosen so r clips at both ends, d clips, and a mean of 100 would lose digits
+    to E[x^2] - E[x]^2 without the shift by the running mean."""
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(64, 5)) * [10.0, 3.0, 0.1, 1.0, 1.0] + [100.0, 0.0, 0.0, 20.0, 0.5]
+    w = (rng.uniform(size=64) > 0.25).astype(np.float64)
+    params = {"scale": rng.uniform(0.5, 2.0, 5), "bias": rng.normal(size=5)}
+    running = {"mean": np.array([99.0, 0.0, 0.0, 0.0, 0.3]),
+               "var": np.array([90.0, 0.1, 4.0, 1.0, 1.2])}
+    f32 = lambda tree: jax.tree.map(lambda v: jnp.asarray(v, jnp.float32), tree)  # noqa: E731
+    variables = f32({"params": params, "batch_stats": running})
+    layer = renorm_lib.BatchRenorm(momentum=0.9, axis_name=DATA_AXIS)
+    mesh = sharding.make_mesh(jax.devices()[:num_devices])
+    train_mode = jax.jit(jax.shard_map(
+        lambda v, x, w, renorm: layer.apply(v, x, True, w, renorm, mutable=["batch_stats"]),
+        mesh=mesh, in_specs=(REPLICATED, SHARDED, SHARDED, REPLICATED),
+        out_specs=(SHARDED, REPLICATED)))
+    for renorm in (False, True):
+        y, new = train_mode(variables, f32(x), f32(w), jnp.bool_(renorm))
+        y_ref, new_ref, mean, r, d = _renorm_reference(x, w, params, running, 0.9, renorm)
+        np.testing.assert_allclose(np.asarray(y), y_ref, rtol=1e-4, atol=1e-4)
+        for name in ("mean", "var"):
+            np.testing.assert_allclose(np.asarray(new["batch_stats"][name]), new_ref[name],
+                                       rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(r[1:3], [renorm_lib.R_MAX, 1 / renorm_lib.R_MAX])  # r clipped
+    assert d[3] == renorm_lib.D_MAX                                               # d clipped
+    # a device's own shard (what peers normalise by) has other statistics
+    local = np.sum(w[:16, None] * x[:16], 0) / np.sum(w[:16])
+    assert not np.allclose(local, mean, rtol=1e-3)
+    y_eval = layer.apply(variables, f32(x))   # eval mode: no collective, no batch statistics
+    expected = ((x - running["mean"]) / np.sqrt(running["var"] + renorm_lib.EPS)
+                * params["scale"] + params["bias"])
+    np.testing.assert_allclose(np.asarray(y_eval), expected, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("num_devices", [2, 4])
+def test_crossq_gradient_and_statistics_are_the_global_batchs(num_devices):
+    """CrossQ's critic loss (one pass over [s; s'] and [a; a'], batch statistics inside) and
+    its actor loss (the actor in train mode, the critics in eval mode) through global_mean_grad
+    on N devices equal the same on one device holding the whole batch: gradients, losses and
+    the new running statistics, with batch statistics and renormalised. The gradient passes
+    through the statistics' pmean, whose transpose sums every device's part: the global
+    batch's gradient, as a single device's batch normalisation has it."""
+    spec = make_env("Pendulum-v1")
+    nets = make_networks("crossq", CrossQNetworkConfig(actor_hidden=(16,),
+                                                       critic_hidden=(16, 16)), spec, DATA_AXIS)
+    with compile_cache.unrolled_threefry():
+        params, stats = jax.jit(lambda k: (
+            {"actor": nets.init_actor(jax.random.fold_in(k, 0)),
+             "critic": nets.init_critic(jax.random.fold_in(k, 1))}, nets.init_stats()))(
+            jax.random.PRNGKey(0))
+    rng = np.random.default_rng(2)
+    # running statistics away from their start, so that renormalisation corrects something
+    stats = jax.tree_util.tree_map_with_path(
+        lambda path, v: v * rng.uniform(0.5, 2.0, v.shape).astype(np.float32)
+        if "var" in jax.tree_util.keystr(path) else
+        v + rng.normal(scale=0.3, size=v.shape).astype(np.float32), stats)
+
+    def draw(*shape, low=None):
+        return jnp.asarray(rng.uniform(-1, 1, shape) if low is not None
+                           else rng.normal(size=shape), jnp.float32)
+    batch = (draw(64, 3), draw(64, 1, low=-1), draw(64), jnp.full((64,), 0.99, jnp.float32),
+             draw(64, 3), draw(64, 1, low=-1), 0.1 * draw(64),
+             jnp.asarray(rng.uniform(size=64) > 0.2, jnp.float32))   # x a r disc x' a' pen w
+    x, normal = batch[0], draw(64, 1)
+    trainable = {"actor": params["actor"], "log_alpha": jnp.float32(-0.5)}
+    critic_vars = {"params": params["critic"], "batch_stats": stats["critic"]}
+
+    def run(devices, renorm):
+        mesh = sharding.make_mesh(jax.devices()[:devices])
+
+        def critic(p, s, *b):
+            return global_mean_grad(lambda p, *b: offpolicy.crossq_critic_loss(
+                nets, p, s, *b, renorm), p, DATA_AXIS, *b)[:2]
+
+        def actor(t, s, cv, x, n):
+            return global_mean_grad(lambda t, cv, x, n: offpolicy.crossq_actor_loss(
+                nets, t, s, cv, None, x, n, -1.0, renorm), t, DATA_AXIS, cv, x, n)[:2]
+        critic_fn = jax.jit(jax.shard_map(critic, mesh=mesh, in_specs=(
+            REPLICATED, REPLICATED) + (SHARDED,) * len(batch), out_specs=REPLICATED))
+        actor_fn = jax.jit(jax.shard_map(actor, mesh=mesh, in_specs=(
+            REPLICATED, REPLICATED, REPLICATED, SHARDED, SHARDED), out_specs=REPLICATED))
+        return (critic_fn(params["critic"], stats["critic"], *batch),
+                actor_fn(trainable, stats["actor"], critic_vars, x, normal))
+
+    for renorm in (False, True):
+        one, many = sharding.to_host(run(1, renorm)), sharding.to_host(run(num_devices, renorm))
+        for (grads, (losses, running)), (grads1, (losses1, running1)) in zip(many, one):
+            assert max_rel_diff(grads, grads1) < 1e-4
+            np.testing.assert_allclose(losses, losses1, rtol=1e-5, atol=1e-6)
+            assert max_rel_diff(running, running1) < 1e-5
+        assert max_rel_diff(one[0][1][1], stats["critic"]) > 1e-3   # the statistics moved
+
+
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("base", [SAC, pytest.param(TD3, marks=pytest.mark.slow)],
                          ids=["sac", "td3"])
@@ -183,6 +310,41 @@ def test_same_parameters_on_1_and_2_devices(base):
     assert moments.count > 150 and np.all(moments.var != 1.0)   # moments were merged
     if base is SAC:   # alpha tuned down towards -1 nat from a near-uniform policy
         assert 0.0 < last["alpha"][-1] < 1.0
+
+
+def _max_abs_diff(a, b):
+    return max(float(np.max(np.abs(x - y))) for x, y in zip(jax.tree.leaves(a),
+                                                               jax.tree.leaves(b)))
+
+
+@pytest.mark.timeout(400)
+def test_crossq_same_parameters_on_1_2_and_4_devices():
+    """CrossQ: the same config + seed -> the same parameters and running statistics on 1, 2
+    and 4 devices (4 replay shards; batch statistics over the global batch). Batch
+    normalisation makes some directions nearly gradient-free (a shift it removes), and Adam
+    normalises their float noise to whole steps, so parameters are compared to a tenth of one
+    Adam step (1e-3) in absolute terms, not relative to a near-zero bias. The warm-up clocks
+    count global env steps: learning from update 5, renormalisation from update 10."""
+    config = config_lib.from_dict(CROSSQ)
+    runs = {n: train_in_process(config, n) for n in (1, 2, 4)}
+    one, rows1 = runs[1]
+    for n in (2, 4):
+        state, rows = runs[n]
+        assert _max_abs_diff(sharding.to_host(state.train.params),
+                             sharding.to_host(one.train.params)) <= 1e-4
+        assert max_rel_diff(sharding.to_host(state.train.batch_stats),
+                            sharding.to_host(one.train.batch_stats)) <= 1e-4
+        for r1, r in zip(rows1, rows):
+            np.testing.assert_allclose(r["critic_loss"], r1["critic_loss"], rtol=2e-4, atol=1e-6)
+    column = {name: np.concatenate([r[name] for r in rows1]) for name in rows1[0]}
+    assert column["learning"].tolist() == [0.0] * 4 + [1.0] * 16
+    assert column["renorm"].tolist() == [0.0] * 9 + [1.0] * 11    # (9 + 1) x 8 >= 40 + 40
+    assert np.sum(column["actor_steps"]) == 16 * 2 / 2 and np.all(column["critic_loss"][4:] > 0)
+    stats = sharding.to_host(one.train.batch_stats)
+    assert set(stats) == {"actor", "critic"} and stats["critic"]["BatchRenorm_0"]["var"].shape \
+        == (2, 4)                                   # per critic: 3 observations + 1 action
+    assert np.all(stats["critic"]["BatchRenorm_1"]["var"] != 1.0)   # they moved
+    assert not hasattr(one.train, "target")        # no target networks
 
 
 @pytest.mark.slow
@@ -233,11 +395,12 @@ def _write(tmp_path, config):
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_kill_9_then_resume_ends_where_the_uninterrupted_run_ends(tmp_path):
+@pytest.mark.parametrize("run_config", [CLI_RUN, CROSSQ_CLI_RUN], ids=["sac", "crossq"])
+def test_kill_9_then_resume_ends_where_the_uninterrupted_run_ends(tmp_path, run_config):
     """SIGKILL after update 25 (checkpoints every 10, the buffer in them); --resume ends with
     the uninterrupted run's parameters bit for bit: the buffer, the actors and every counter
-    came back."""
-    cfg = _write(tmp_path, CLI_RUN)
+    came back (CrossQ: its running statistics too, which also act)."""
+    cfg = _write(tmp_path, run_config)
     proc, reference = train_cli(tmp_path / "ref", devices=2, args=[], config=cfg)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "run"
@@ -307,6 +470,13 @@ BAD_CONFIG = [
     ("td3", dict(grad_clip="norm"), ["td3.grad_clip", "global_norm, element"]),
     ("td3", dict(buffer_shards=3, batch_size=15), ["num_envs (4)", "td3.buffer_shards (3)"]),
     ("td3", dict(alpha=0.5), ["td3.alpha", "unknown", "td3"]),
+    ("crossq", dict(tau=0.005), ["crossq.tau", "unknown"]),
+    ("crossq", dict(adam_b1=1.0), ["crossq.adam_b1 must be in [0, 1)"]),
+    ("crossq", dict(renorm_warmup_steps=-1), ["crossq.renorm_warmup_steps must be >= 0"]),
+    ("crossq", dict(network=dict(batch_norm_momentum=1.0)),
+     ["crossq.network.batch_norm_momentum must be in [0, 1)"]),
+    ("crossq", dict(alpha_lr=0.0), ["crossq.alpha_lr must be > 0"]),
+    ("crossq", dict(learning_starts=100), ["crossq.learning_starts (100)", "crossq.buffer_size"]),
 ]
 
 
@@ -315,7 +485,7 @@ BAD_CONFIG = [
                          ids=[f"{a}-{s}" for a, s, _ in BAD_CONFIG])
 def test_bad_config_is_one_line(algo, section, words):
     with pytest.raises(ConfigError) as info:
-        _config(SAC if algo == "sac" else TD3, **section)
+        _config({"sac": SAC, "td3": TD3, "crossq": CROSSQ}[algo], **section)
     message = str(info.value)
     assert "\n" not in message
     for word in words:

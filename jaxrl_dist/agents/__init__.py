@@ -26,6 +26,7 @@ from __future__ import annotations
 from jaxrl_dist import plugins
 from jaxrl_dist.agents.algorithm import Algorithm
 from jaxrl_dist.agents.dqn.config import ALGORITHM as _DQN
+from jaxrl_dist.agents.offpolicy.config import CROSSQ as _CROSSQ
 from jaxrl_dist.agents.offpolicy.config import SAC as _SAC
 from jaxrl_dist.agents.offpolicy.config import TD3 as _TD3
 from jaxrl_dist.agents.ppo.config import ALGORITHM as _PPO
@@ -36,7 +37,8 @@ from jaxrl_dist.plugins import PLUGINS_VAR
 __all__ = ["Algorithm", "algorithms", "get", "register", "PLUGINS_VAR"]
 
 
-_REGISTRY: dict[str, Algorithm] = {a.name: a for a in (_PPO, _DQN, _PQN, _SAC, _TD3)}
+_REGISTRY: dict[str, Algorithm] = {a.name: a for a in (_PPO, _DQN, _PQN, _SAC, _TD3,
+                                                          _CROSSQ)}
 
 
 def register(algorithm: Algorithm) -> Algorithm:

@@ -23,13 +23,16 @@ def make_schedule(c: Any, hp: dict[str, Any], sgd_steps: int) -> Callable[[jax.A
     return optax.constant_schedule(hp["learning_rate"])
 
 
-def make_optimizer(c: Any, hp: dict[str, Any], learning_rate: Any = None
-                   ) -> optax.GradientTransformation:
+def make_optimizer(c: Any, hp: dict[str, Any], learning_rate: Any = None,
+                   b1: float | None = None) -> optax.GradientTransformation:
     """Gradient clipping (``grad_clip``: global norm, or per element; none if
     ``max_grad_norm`` is null and not swept), then Adam (RAdam if the section has
-    ``optimizer: radam``) at ``learning_rate`` (a schedule; default ``hp["learning_rate"]``)."""
+    ``optimizer: radam``) at ``learning_rate`` (a schedule; default ``hp["learning_rate"]``),
+    with beta1 ``b1`` (None: optax's 0.9; CrossQ's 0.5)."""
     make = optax.radam if getattr(c, "optimizer", "adam") == "radam" else optax.adam
-    adam = make(hp["learning_rate"] if learning_rate is None else learning_rate, eps=c.adam_eps)
+    betas = {} if b1 is None else {"b1": b1}
+    adam = make(hp["learning_rate"] if learning_rate is None else learning_rate, eps=c.adam_eps,
+                **betas)
     if hp["max_grad_norm"] is None:
         return adam
     clip = optax.clip_by_global_norm if c.grad_clip == "global_norm" else optax.clip

@@ -7,7 +7,8 @@ a run starts): ``(section, spec) -> Emitter``, living beside the networks it mir
 (``agents/ppo/export.py``, ``agents/qnet/export.py``). It writes the graph of the record's
 ``policy`` layer for layer from the checkpoint's parameter tree with this module's public
 helpers: :class:`Graph` (ops, constants, and the parameters, each handed out once),
-:func:`dense`, :func:`mlp`, :func:`layer_norm`, :func:`activation`, :func:`conv_torso`,
+:func:`dense`, :func:`mlp`, :func:`layer_norm`, :func:`batch_norm`, :func:`activation`,
+:func:`conv_torso`,
 :func:`scale_input`, :func:`normalize_observations`, the cells :func:`gru` and :func:`lstm`,
 :func:`argmax`, :func:`clip_to_bounds`. :func:`build_model` adds the inputs, outputs and
 metadata, and refuses a tree with parameters the emitter did not use: never half a network.
@@ -110,6 +111,18 @@ def layer_norm(g: Graph, x: str, path: str) -> str:
     var = g.op("Max", g.op("Sub", mean_sq, g.op("Mul", mean, mean)), g.const(0.0, "zero"))
     inv = g.op("Reciprocal", g.op("Sqrt", g.op("Add", var, g.const(LAYER_NORM_EPS, "eps"))))
     return g.op("Add", g.op("Mul", g.op("Sub", x, mean), g.op("Mul", inv, scale)), bias)
+
+
+def batch_norm(g: Graph, x: str, path: str, stats: str, eps: float) -> str:
+    """A batch normalisation in eval mode (flax's BatchNorm, CrossQ's batch renormalisation):
+    per feature, (x - mean) * (scale * rsqrt(var + eps)) + bias, with the running statistics
+    ``{stats}/mean``, ``{stats}/var`` and the parameters ``{path}/scale``, ``{path}/bias``."""
+    mean = g.const(g.param(f"{stats}/mean"), "bn_mean")
+    var = g.const(g.param(f"{stats}/var"), "bn_var")
+    inv = g.op("Reciprocal", g.op("Sqrt", g.op("Add", var, g.const(eps, "bn_eps"))))
+    mul = g.op("Mul", g.const(g.param(f"{path}/scale"), "bn_scale"), inv)
+    return g.op("Add", g.op("Mul", g.op("Sub", x, mean), mul),
+                g.const(g.param(f"{path}/bias"), "bn_bias"))
 
 
 def activation(g: Graph, x: str, name: str) -> str:

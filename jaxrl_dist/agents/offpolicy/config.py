@@ -1,8 +1,11 @@
-"""The sections of the off-policy actor-critics (``sac:``, ``td3:``), their checks, their scalar
-hyperparameters and their registry records (:mod:`jaxrl_dist.agents` registers both). jax-free.
+"""The sections of the off-policy actor-critics (``sac:``, ``td3:``, ``crossq:``), their checks,
+their scalar hyperparameters and their registry records (:mod:`jaxrl_dist.agents` registers
+them). jax-free.
 
-SAC and TD3 share every key of :class:`OffPolicyConfig` (the replay, the twin critics and their
-Polyak targets, the learning rates, the networks); each adds its actor's own."""
+All three share every key of :class:`OffPolicyConfig` (the replay, the critic ensemble, the
+learning rates, the networks); SAC and TD3 add the Polyak targets (:class:`TargetConfig`), SAC
+and CrossQ the entropy coefficient (:class:`EntropyConfig`), CrossQ its batch renormalisation
+and Adam's beta1; each its actor's own."""
 
 from __future__ import annotations
 
@@ -45,8 +48,6 @@ class OffPolicyConfig:
     learning_starts: int = _doc("global env steps of uniformly random actions (in the action "
                                 "bounds) before the first gradient step", default=5_000)
     gamma: float = _doc("discount factor", default=0.99)
-    tau: float = _doc("Polyak step of the target networks: target <- tau x online + (1 - tau) "
-                      "x target", default=0.005)
     policy_delay: int = _doc("gradient steps per actor step: the critics take every one, the "
                              "actor (and, for td3, the targets) every policy_delay-th",
                              default=1)
@@ -72,7 +73,17 @@ class OffPolicyConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class SACConfig(OffPolicyConfig):
+class TargetConfig(OffPolicyConfig):
+    """The Polyak-averaged target networks of SAC and TD3 (CrossQ has none)."""
+
+    tau: float = _doc("Polyak step of the target networks: target <- tau x online + (1 - tau) "
+                      "x target", default=0.005)
+
+
+@dataclass(frozen=True, kw_only=True)
+class EntropyConfig:
+    """The entropy coefficient of the squashed-Gaussian actors (SAC, CrossQ)."""
+
     alpha_lr: float = _doc("Adam learning rate of log(alpha), the entropy coefficient's "
                            "(autotune)", default=3e-4)
     alpha: float = _doc("the entropy coefficient: its initial value with autotune, else "
@@ -84,7 +95,47 @@ class SACConfig(OffPolicyConfig):
 
 
 @dataclass(frozen=True, kw_only=True)
-class TD3Config(OffPolicyConfig):
+class SACConfig(EntropyConfig, TargetConfig):
+    pass
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrossQNetworkConfig(NetworkConfig):
+    critic_hidden: tuple[int, ...] = _doc(
+        "each critic's MLP hidden sizes (input: the observation and the action); the paper's "
+        "2048 x 2048 (sbx: 1024 x 1024, for speed)", default=(2048, 2048))
+    batch_norm_momentum: float = _doc("batch renormalisation's running statistics: running "
+                                      "<- momentum x running + (1 - momentum) x batch",
+                                      default=0.99)
+    batch_norm_actor: bool = _doc("batch renormalisation in the actor too (before its first "
+                                  "and after each hidden layer, as in the critics); false = "
+                                  "SAC's plain MLP actor", default=True)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrossQConfig(EntropyConfig, OffPolicyConfig):
+    """CrossQ (Bhatt et al., ICLR 2024): SAC without target networks, batch renormalisation in
+    the critics over the joint (s, a) / (s', a') batch."""
+
+    policy_delay: int = _doc("gradient steps per actor step: the critics take every one, the "
+                             "actor every policy_delay-th", default=3)
+    actor_lr: float = _doc("Adam learning rate of the actor", default=1e-3)
+    critic_lr: float = _doc("Adam learning rate of the critics", default=1e-3)
+    alpha_lr: float = _doc("Adam learning rate of log(alpha), the entropy coefficient's "
+                           "(autotune; its Adam keeps beta1 0.9, as sbx's)", default=1e-3)
+    adam_b1: float = _doc("Adam's beta1 of the actor and the critics (CrossQ's 0.5; 0.9 is "
+                          "Adam's usual)", default=0.5)
+    renorm_warmup_steps: int = _doc("global env steps after learning_starts during which batch "
+                                    "renormalisation is plain batch normalisation (the batch's "
+                                    "statistics); afterwards it renormalises towards the "
+                                    "running statistics (r_max 3, d_max 5); one clock for actor "
+                                    "and critics (sbx counts each network's own gradient "
+                                    "steps)", default=100_000)
+    network: CrossQNetworkConfig = field(default_factory=CrossQNetworkConfig)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TD3Config(TargetConfig):
     learning_starts: int = _doc("global env steps of uniformly random actions (in the action "
                                 "bounds) before the first gradient step", default=25_000)
     policy_delay: int = _doc("gradient steps per actor step: the critics take every one, the "
@@ -102,6 +153,8 @@ class TD3Config(OffPolicyConfig):
 COMMON_HPARAMS = ("actor_lr", "critic_lr", "gamma", "tau", "max_grad_norm")
 SAC_HPARAMS = (*COMMON_HPARAMS, "alpha_lr")
 TD3_HPARAMS = (*COMMON_HPARAMS, "exploration_noise", "policy_noise", "noise_clip")
+CROSSQ_HPARAMS = ("actor_lr", "critic_lr", "gamma", "max_grad_norm", "alpha_lr")
+HPARAMS = {"sac": SAC_HPARAMS, "td3": TD3_HPARAMS, "crossq": CROSSQ_HPARAMS}
 
 
 def _check_common(c: OffPolicyConfig, prefix: str) -> None:
@@ -109,7 +162,8 @@ def _check_common(c: OffPolicyConfig, prefix: str) -> None:
         require(getattr(c, name) >= 1, f"{prefix}.{name} must be >= 1, got {getattr(c, name)}")
     replay_config.check(c, prefix)
     require(0.0 <= c.gamma <= 1.0, f"{prefix}.gamma must be in [0, 1], got {c.gamma}")
-    require(0.0 < c.tau <= 1.0, f"{prefix}.tau must be in (0, 1], got {c.tau}")
+    if isinstance(c, TargetConfig):
+        require(0.0 < c.tau <= 1.0, f"{prefix}.tau must be in (0, 1], got {c.tau}")
     for name in ("actor_lr", "critic_lr", "adam_eps"):
         require(getattr(c, name) > 0, f"{prefix}.{name} must be > 0, got {getattr(c, name)}")
     require(c.max_grad_norm is None or c.max_grad_norm > 0,
@@ -127,10 +181,26 @@ def _check_common(c: OffPolicyConfig, prefix: str) -> None:
             f"{n.num_critics}")
 
 
+def _check_entropy(c: EntropyConfig, prefix: str) -> None:
+    require(c.alpha_lr > 0, f"{prefix}.alpha_lr must be > 0, got {c.alpha_lr}")
+    require(c.alpha > 0, f"{prefix}.alpha must be > 0 (it is learned as log(alpha)), got "
+            f"{c.alpha}")
+
+
 def check_sac(c: SACConfig) -> None:
     _check_common(c, "sac")
-    require(c.alpha_lr > 0, f"sac.alpha_lr must be > 0, got {c.alpha_lr}")
-    require(c.alpha > 0, f"sac.alpha must be > 0 (it is learned as log(alpha)), got {c.alpha}")
+    _check_entropy(c, "sac")
+
+
+def check_crossq(c: CrossQConfig) -> None:
+    _check_common(c, "crossq")
+    _check_entropy(c, "crossq")
+    require(0.0 <= c.adam_b1 < 1.0, f"crossq.adam_b1 must be in [0, 1), got {c.adam_b1}")
+    require(c.renorm_warmup_steps >= 0,
+            f"crossq.renorm_warmup_steps must be >= 0, got {c.renorm_warmup_steps}")
+    momentum = c.network.batch_norm_momentum
+    require(0.0 <= momentum < 1.0,
+            f"crossq.network.batch_norm_momentum must be in [0, 1), got {momentum}")
 
 
 def check_td3(c: TD3Config) -> None:
@@ -156,3 +226,13 @@ TD3 = Algorithm(
     policy="jaxrl_dist.agents.offpolicy.networks:td3_policy",
     export="jaxrl_dist.agents.offpolicy.export:td3_emitter",
     doc="TD3: twin critics, a deterministic actor, target smoothing, delayed updates")
+
+CROSSQ = Algorithm(
+    name="crossq", section=CrossQConfig, check=check_crossq,
+    check_run=lambda c, config: replay_config.check_run(c, config, "crossq"),
+    sweepable=sweep_keys("crossq", CROSSQ_HPARAMS), steps_per_env=lambda c: c.num_steps,
+    make="jaxrl_dist.agents.offpolicy.learner:make_crossq",
+    policy="jaxrl_dist.agents.offpolicy.networks:crossq_policy",
+    export="jaxrl_dist.agents.offpolicy.export:crossq_emitter",
+    doc="CrossQ: SAC without target networks, batch renormalisation over the joint (s, a) / "
+        "(s', a') batch (global), wide critics, Adam beta1 0.5")

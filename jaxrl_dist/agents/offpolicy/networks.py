@@ -1,4 +1,4 @@
-"""SAC's and TD3's networks (flax) and their deployed policies.
+"""SAC's, TD3's and CrossQ's networks (flax) and their deployed policies.
 
 Actions inside the learner are in [-1, 1]^A: the actors end in tanh, the critics take those
 actions, the replay stores them, and target smoothing and exploration noise are in those
@@ -8,6 +8,13 @@ units (as SB3's and CleanRL's). Only the environment sees the bounds: :func:`to_
 The critics are ONE ensemble: one flax module whose parameters carry a leading [N] axis,
 initialised and applied under ``jax.vmap`` (N matmuls batched as one), so twin critics, or
 more, cost one network's dispatch. Weights are flax's defaults (lecun normal, zero biases).
+
+CrossQ's networks are SAC's with batch renormalisation (:mod:`.renorm`) on each network's input
+and after each hidden activation (sbx's placement); their running statistics are the
+``batch_stats`` collection, beside ``params``. Its actor and critic functions take flax's
+variables ``{"params", "batch_stats"}`` where SAC's take the parameters, and run in eval mode
+(the running statistics); ``actor_train`` / ``critic_train`` take the batch's statistics and
+return the updated running ones.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import numpy as np
 from jaxrl_dist import running_stats
 from jaxrl_dist.agents.base import Deployment
 from jaxrl_dist.agents.offpolicy.config import NetworkConfig, OffPolicyConfig
+from jaxrl_dist.agents.offpolicy.renorm import BatchRenorm
 from jaxrl_dist.agents.torso import input_scale
 from jaxrl_dist.distributions import TanhGaussian
 from jaxrl_dist.envs import EnvError, EnvSpec, to_env_action
@@ -57,20 +65,31 @@ def to_bounds(low: np.ndarray, high: np.ndarray) -> Callable[[jax.Array], jax.Ar
     return env_action
 
 
+def _flat(obs: jax.Array, scale: float) -> jax.Array:
+    """[B, *obs] -> float32 [B, prod(obs)], times the input scale (uint8 frames: 1/255)."""
+    x = obs.astype(jnp.float32).reshape(obs.shape[0], -1)
+    return x * scale if scale != 1.0 else x
+
+
 def _hidden(x: jax.Array, sizes: Sequence[int], activation: str, scale: float) -> jax.Array:
     """Flattened observations (times ``scale``) through the hidden Dense layers."""
     act = getattr(nn, activation)
-    x = x.astype(jnp.float32).reshape(x.shape[0], -1)
-    if scale != 1.0:
-        x = x * scale
+    x = _flat(x, scale)
     for size in sizes:
         x = act(nn.Dense(size)(x))
     return x
 
 
+def _gaussian_head(x: jax.Array, action_dim: int) -> TanhGaussian:
+    """The mean (``Dense_{n}``) and the log std (``Dense_{n+1}``) of u; the action is
+    tanh(u)."""
+    mean = nn.Dense(action_dim)(x)
+    log_std = jnp.tanh(nn.Dense(action_dim)(x))
+    return TanhGaussian(mean, LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1))
+
+
 class GaussianActor(nn.Module):
-    """SAC's actor: hidden layers, then the mean (``Dense_{n}``) and the log std
-    (``Dense_{n+1}``) of u; the action is tanh(u)."""
+    """SAC's actor: hidden layers, then the Gaussian head."""
 
     hidden: Sequence[int]
     action_dim: int
@@ -79,10 +98,62 @@ class GaussianActor(nn.Module):
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> TanhGaussian:
-        x = _hidden(obs, self.hidden, self.activation, self.scale)
-        mean = nn.Dense(self.action_dim)(x)
-        log_std = jnp.tanh(nn.Dense(self.action_dim)(x))
-        return TanhGaussian(mean, LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (log_std + 1))
+        return _gaussian_head(_hidden(obs, self.hidden, self.activation, self.scale),
+                              self.action_dim)
+
+
+def _renorm_hidden(x: jax.Array, sizes: Sequence[int], activation: str,
+                   momentum: float | None, axis_name: str | None, train: bool,
+                   weight: jax.Array | None, renorm: Any) -> jax.Array:
+    """Batch renormalisation (``BatchRenorm_0``), then each hidden Dense, its activation and
+    ``BatchRenorm_{i+1}`` (sbx's CrossQ layout); ``momentum`` None: the plain MLP."""
+    def norm(x):
+        if momentum is None:
+            return x
+        return BatchRenorm(momentum, axis_name)(x, train, weight, renorm)
+    act = getattr(nn, activation)
+    x = norm(x)
+    for size in sizes:
+        x = norm(act(nn.Dense(size)(x)))
+    return x
+
+
+class RenormGaussianActor(nn.Module):
+    """CrossQ's actor: SAC's with batch renormalisation (``momentum`` None: SAC's MLP, the
+    parameters of :class:`GaussianActor`)."""
+
+    hidden: Sequence[int]
+    action_dim: int
+    activation: str
+    momentum: float | None
+    axis_name: str | None = None
+    scale: float = 1.0
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, train: bool = False, weight: jax.Array | None = None,
+                 renorm: Any = False) -> TanhGaussian:
+        x = _renorm_hidden(_flat(obs, self.scale), self.hidden, self.activation, self.momentum,
+                           self.axis_name, train, weight, renorm)
+        return _gaussian_head(x, self.action_dim)
+
+
+class RenormCritic(nn.Module):
+    """CrossQ's Q(s, a): the flattened observation and the [-1, 1] action, concatenated, through
+    batch renormalisation and the MLP to one value."""
+
+    hidden: Sequence[int]
+    activation: str
+    momentum: float
+    axis_name: str | None = None
+    scale: float = 1.0
+
+    @nn.compact
+    def __call__(self, obs: jax.Array, action: jax.Array, train: bool = False,
+                 weight: jax.Array | None = None, renorm: Any = False) -> jax.Array:
+        x = jnp.concatenate([_flat(obs, self.scale), action], axis=-1)
+        x = _renorm_hidden(x, self.hidden, self.activation, self.momentum, self.axis_name,
+                           train, weight, renorm)
+        return nn.Dense(1)(x)[:, 0]
 
 
 class DeterministicActor(nn.Module):
@@ -117,17 +188,29 @@ class Critic(nn.Module):
 
 
 class Networks(NamedTuple):
-    """Pure functions over parameter trees; observations as the networks see them (already
-    normalised if configured), [B, *obs]."""
+    """Pure functions over parameter trees (CrossQ: over ``{"params", "batch_stats"}``, in eval
+    mode); observations as the networks see them (already normalised if configured),
+    [B, *obs]."""
 
     init_actor: Callable[[jax.Array], Any]
-    actor: Callable[[Any, jax.Array], Any]       # SAC: a TanhGaussian; TD3: actions [B, A]
+    actor: Callable[[Any, jax.Array], Any]       # SAC, CrossQ: a TanhGaussian; TD3: [B, A]
     init_critic: Callable[[jax.Array], Any]      # key -> the ensemble's parameters [N, ...]
     critic: Callable[[Any, jax.Array, jax.Array], jax.Array]   # (params, obs, a) -> Q [N, B]
     mode: Callable[[Any, jax.Array], jax.Array]  # the deterministic action in [-1, 1]
+    # CrossQ only: the running statistics at the start, {"actor", "critic": [N, ...]}
+    init_stats: Callable[[], Any] | None = None
+    # CrossQ only: (variables, obs, weight [B] | None, renorm) -> (TanhGaussian, new stats)
+    actor_train: Callable[..., tuple[Any, Any]] | None = None
+    # CrossQ only: (variables, obs, a, weight [B] | None, renorm) -> (Q [N, B], new stats)
+    critic_train: Callable[..., tuple[jax.Array, Any]] | None = None
 
 
-def make_networks(algo: str, n: NetworkConfig, spec: EnvSpec) -> Networks:
+def make_networks(algo: str, n: NetworkConfig, spec: EnvSpec, axis: str | None = None
+                  ) -> Networks:
+    """``algo``'s networks; ``axis``: the data axis CrossQ's batch statistics are reduced over
+    (None: a batch is never sharded, e.g. a deployed policy)."""
+    if algo == "crossq":
+        return _renorm_networks(n, spec, axis)
     scale = input_scale(spec.obs_dtype)
     module = (GaussianActor if algo == "sac" else DeterministicActor)(
         tuple(n.actor_hidden), spec.action_dim, n.activation, scale)
@@ -153,6 +236,56 @@ def make_networks(algo: str, n: NetworkConfig, spec: EnvSpec) -> Networks:
         return out.mode() if algo == "sac" else out
 
     return Networks(init_actor, actor, init_critic, critic_apply, mode)
+
+
+def _renorm_networks(n: Any, spec: EnvSpec, axis: str | None) -> Networks:
+    """CrossQ's: ``n`` is a :class:`~.config.CrossQNetworkConfig`."""
+    scale = input_scale(spec.obs_dtype)
+    module = RenormGaussianActor(tuple(n.actor_hidden), spec.action_dim, n.activation,
+                                 n.batch_norm_momentum if n.batch_norm_actor else None, axis,
+                                 scale)
+    critic = RenormCritic(tuple(n.critic_hidden), n.activation, n.batch_norm_momentum, axis,
+                          scale)
+    obs = jnp.zeros((1, *spec.obs_shape), jnp.float32)
+    action = jnp.zeros((1, spec.action_dim), jnp.float32)
+
+    def init_critic_variables(key):
+        return jax.vmap(lambda k: critic.init(k, obs, action))(
+            jax.random.split(key, n.num_critics))
+
+    def init_actor(key):
+        return module.init(key, obs)["params"]
+
+    def init_critic(key):
+        return init_critic_variables(key)["params"]
+
+    def init_stats():
+        # zeros and ones, whatever the key: the parameters drawn beside them are unused
+        key = jax.random.PRNGKey(0)
+        return {"actor": module.init(key, obs).get("batch_stats", {}),
+                "critic": init_critic_variables(key)["batch_stats"]}
+
+    def actor(variables, x):
+        return module.apply(variables, x)
+
+    def actor_train(variables, x, weight, renorm):
+        dist, new = module.apply(variables, x, True, weight, renorm, mutable=["batch_stats"])
+        return dist, new.get("batch_stats", {})
+
+    def critic_apply(variables, x, a):
+        return jax.vmap(lambda v: critic.apply(v, x, a))(variables)
+
+    def critic_train(variables, x, a, weight, renorm):
+        def one(v):
+            return critic.apply(v, x, a, True, weight, renorm, mutable=["batch_stats"])
+        q, new = jax.vmap(one)(variables)
+        return q, new["batch_stats"]
+
+    def mode(variables, x):
+        return actor(variables, x).mode()
+
+    return Networks(init_actor, actor, init_critic, critic_apply, mode, init_stats,
+                    actor_train, critic_train)
 
 
 def normalize_obs(c: OffPolicyConfig, moments: Moments, obs: jax.Array) -> jax.Array:
@@ -184,3 +317,9 @@ def sac_policy(c: OffPolicyConfig, spec: EnvSpec) -> Deployment:
 def td3_policy(c: OffPolicyConfig, spec: EnvSpec) -> Deployment:
     """TD3's deployed policy (its record's ``policy``), from ``policy_params``' tree."""
     return deployment("td3", c, spec, make_networks("td3", c.network, spec))
+
+
+def crossq_policy(c: OffPolicyConfig, spec: EnvSpec) -> Deployment:
+    """CrossQ's deployed policy (its record's ``policy``): the actor in eval mode, its
+    ``policy_params``' ``actor`` being ``{"params", "batch_stats"}``."""
+    return deployment("crossq", c, spec, make_networks("crossq", c.network, spec))
