@@ -408,10 +408,7 @@ def _check_population(config: Config) -> None:
                               f"{config.algo}: {', '.join(sweepable)}")
         require(len(values) >= 1, f"population.sweep.{key}: give at least one value")
         for value in values:
-            try:
-                check(from_dict(apply_overrides(base, [f"{key}={value}"]), population=False))
-            except ConfigError as e:
-                raise ConfigError(f"population.sweep.{key}={value}: {e}") from None
+            _check_value(base, key, value, f"population.sweep.{key}={value}")
 
 
 def _check_pbt(config: Config) -> None:
@@ -448,10 +445,7 @@ def _check_pbt(config: Config) -> None:
         require(all(f > 0 for f in m.factors),
                 f"{where}.factors must be > 0, got {list(m.factors)}")
         for value in (m.low, m.high):
-            try:
-                check(from_dict(apply_overrides(base, [f"{key}={value}"]), population=False))
-            except ConfigError as e:
-                raise ConfigError(f"{where}: bound {value}: {e}") from None
+            _check_value(base, key, value, f"{where}: bound {value}")
     if not pbt.enabled:
         return
     pop = config.population
@@ -465,6 +459,15 @@ def _check_pbt(config: Config) -> None:
             require(m.low <= value <= m.high,
                     f"pbt.mutations.{key}: a member starts at {value}, outside [low, high] = "
                     f"[{m.low}, {m.high}]")
+
+
+def _check_value(base: dict[str, Any], key: str, value: Any, where: str) -> None:
+    """``value`` is valid for ``key`` in the config ``base`` (a dict without its population
+    and pbt sections), else one line starting with ``where``."""
+    try:
+        check(from_dict(apply_overrides(base, [f"{key}={value}"]), population=False))
+    except ConfigError as e:
+        raise ConfigError(f"{where}: {e}") from None
 
 
 def _value_of(data: dict[str, Any], key: str) -> Any:
