@@ -66,6 +66,9 @@ SLOW = {
     "tests/test_offpolicy.py::test_crossq_same_parameters_on_1_2_and_4_devices",   # 48 s; the
     # renormalisation's global statistics and gradients on 1/2/4 devices stay in the tier
     "tests/test_recurrent.py::test_first_minibatch_replays_the_rollout[1]",   # 32 s; [2] is smoke
+    "tests/test_update.py::test_sampled_evaluation_is_the_same_on_1_and_2_devices",   # 15 s
+    "tests/test_conv.py::test_im2col_equals_lax_convolution_and_its_gradients[shape0-kernel0-4-VALID]",
+    # 13 s; the 84x84 torso also runs in test_export's Atari parity test, the other shapes stay
     "tests/test_host_envs.py::test_every_learner_trains_on_a_registered_host_env[ppo]",
     "tests/test_host_envs.py::test_a_users_env_class_and_vector_env_through_the_python_api",
     "tests/test_host_envs.py::test_pqn_learns_the_whole_batch_on_every_device",   # 6.4 s, 11-27
