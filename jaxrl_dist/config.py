@@ -164,14 +164,15 @@ class Config:
         "accelerators, or a CPU process's last device (--cpu-devices N: N-1 learn, 1 acts). "
         "Reproducible run to run, but not equal to the synchronous default", default=False)
     replicate_learn: bool | None = _doc(
-        "host environments (gymnasium:), ppo and pqn: the batch is gathered to every device "
-        "once per update and each learns from all of it, the gradient computed whole rather "
-        "than all-reduced at every SGD step: faster where collectives are slow and networks "
-        "small (CPU processes over gloo); the same parameters on any topology, not bitwise "
-        "those of the split batch. null = auto: on where it applies and the learner's CPU "
-        "devices span several processes (HalfCheetah, 2 processes on 2 cores: split 0.03-0.15x "
-        "the random-action speed, replicated 0.39x), else off. The summary's replicate_learn "
-        "says what ran (false on one data device, where there is nothing to gather)",
+        "each update's batch is gathered to every device once (one all-gather) and each device "
+        "learns from all of it, holding a replay whole, so learning needs no collective at "
+        "all: faster where collectives are slow and networks small (CPU processes over "
+        "gloo, each all-reduce a round trip: a PPO update has hundreds, DQN and SAC one per "
+        "gradient step); every learner and environment kind, single runs only; the same "
+        "parameters on any topology, bitwise those of 1 device where the batch is not split. "
+        "null = auto: on where the learner's CPU devices span several processes, else off. "
+        "The summary's replicate_learn says what ran (false on one data device, where there "
+        "is nothing to gather)",
         default=None)
     matmul_precision: str = _doc(
         "float32 matmuls and convolutions: 'default' = the backend's (TF32 on Ampere/Hopper "

@@ -26,7 +26,7 @@ from jaxrl_dist import envs as envs_lib
 from jaxrl_dist.envs import AUTORESETS, CompileOptions, EnvSpec
 from jaxrl_dist.evaluate import make_eval_program
 from jaxrl_dist.errors import ConfigError
-from jaxrl_dist.sharding import Layout, replicated_layout
+from jaxrl_dist.sharding import REPLICATED, Layout, replicated_layout
 from jaxrl_dist.sizes import Sizes
 from jaxrl_dist.types import RunState, Trajectory
 
@@ -151,52 +151,84 @@ def make_learner(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | M
     whole run config."""
     layout = as_layout(layout)
     factory = agents.get(config.algo).agent_factory()
-    learner = build(factory(config.agent, sizes, spec, layout), sizes, spec, layout,
-                    RunSettings.of(config))
-    if not replicates(config, spec, layout, learner):
-        return learner
-    # the same algorithm on the whole batch on every device, its outputs where the state lives
-    whole = replicated_layout(layout)
-    one = dataclasses.replace(sizes, num_devices=1,
-                              local_envs=sizes.local_envs * layout.data_size)
-    replicated = build(factory(config.agent, one, spec, whole), one, spec, whole,
-                       RunSettings.of(config), out_layout=layout)
-    return learner._replace(learn_next=replicated.learn_next, replicated=True)
+    whole = None
+    if replicates(config, spec, layout):   # the same algorithm, for the whole batch
+        one = dataclasses.replace(sizes, num_devices=1,
+                                  local_envs=sizes.local_envs * layout.data_size)
+        whole = factory(config.agent, one, spec, replicated_layout(layout))
+    return build(factory(config.agent, sizes, spec, layout), sizes, spec, layout,
+                 RunSettings.of(config), whole=whole)
 
 
-def replicates(config: Config, spec: EnvSpec, layout: Layout, learner: Learner) -> bool:
-    """Whether ``learn`` runs on the whole batch on every device (``replicate_learn``).
+def replicates(config: Config, spec: EnvSpec, layout: Layout) -> bool:
+    """Whether every device learns from the whole batch (``replicate_learn``).
 
-    Auto (null) turns it on where every SGD step's all-reduce would cross processes over CPU
-    collectives (gloo: 0.2-1.4 ms each here, 320 per PPO update), for learners it applies to;
-    an explicit true where it cannot apply is a one-line error."""
+    Auto (null) turns it on where a learner's all-reduces would cross processes over CPU
+    collectives (gloo: 0.2-1.4 ms each here; a PPO update has hundreds, DQN and SAC one or
+    more per gradient step); an explicit true for a population is a one-line error."""
     auto = config.replicate_learn is None
     if config.replicate_learn is False:
         return False
-    from jaxrl_dist.envs import EnvError
-    if not spec.on_host or layout.members:
+    if layout.members:
         if auto:
             return False
-        raise EnvError(f"{spec.name}: replicate_learn applies to a single run on host "
-                       f"environments (gymnasium:), not to environments stepped inside the "
-                       f"program or populations")
+        raise ConfigError("replicate_learn applies to a single run, not to populations (their "
+                          "members already learn apart); remove it or the population: section")
     devices = list(layout.mesh.devices.flat)
     if auto and (devices[0].platform != "cpu"
                  or len({d.process_index for d in devices}) < 2):
         return False
-    if jax.tree.leaves(learner.abstract_state().data):
-        if auto:
-            return False
-        raise ConfigError(f"replicate_learn: {config.algo} keeps data sharded over the devices "
-                          f"(a replay buffer); use it with ppo or pqn")
     return layout.data_size > 1   # one device already learns from the whole batch
 
 
+def _env_first(trajectory: Trajectory) -> Trajectory:
+    """Steps ``[T, E, ...]`` <-> ``[E, T, ...]`` (its own inverse); the rest is ``[E, ...]``."""
+    return trajectory._replace(steps=jax.tree.map(lambda x: jnp.swapaxes(x, 0, 1),
+                                                  trajectory.steps))
+
+
+def pack_envs(trajectory: Trajectory) -> jax.Array:
+    """A trajectory as ONE ``uint8 [E, bytes]`` array, environments first: what
+    ``replicate_learn`` gathers to every device in one all-gather (between processes each
+    collective is a round trip, whatever its size)."""
+    leaves = jax.tree.leaves(_env_first(trajectory))
+    E = leaves[0].shape[0]
+
+    def as_bytes(x):
+        x = x.astype(jnp.uint8) if x.dtype == jnp.bool_ else x
+        if x.dtype.itemsize > 1:
+            x = jax.lax.bitcast_convert_type(x, jnp.uint8)
+        return x.reshape(E, int(np.prod(x.shape[1:])))
+    return jnp.concatenate([as_bytes(x) for x in leaves], axis=1)
+
+
+def unpack_envs(packed: jax.Array, like: Trajectory) -> Trajectory:
+    """:func:`pack_envs`'s inverse: ``like`` holds the trajectory's shapes and dtypes
+    (ShapeDtypeStructs), its environment count that of ``packed``."""
+    leaves, treedef = jax.tree.flatten(jax.eval_shape(_env_first, like))
+    widths = [int(np.prod(x.shape[1:])) * x.dtype.itemsize for x in leaves]
+    columns = jnp.split(packed, np.cumsum(widths)[:-1], axis=1)
+
+    def from_bytes(column, x):
+        if x.dtype == jnp.bool_:
+            return column.reshape(x.shape).astype(jnp.bool_)
+        if x.dtype.itemsize == 1:
+            return jax.lax.bitcast_convert_type(column.reshape(x.shape), x.dtype)
+        return jax.lax.bitcast_convert_type(column.reshape(*x.shape, x.dtype.itemsize), x.dtype)
+    return _env_first(jax.tree.unflatten(treedef, [from_bytes(c, x)
+                                                   for c, x in zip(columns, leaves)]))
+
+
 def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
-          settings: RunSettings, out_layout: Layout | None = None) -> Learner:
+          settings: RunSettings, whole: Agent | None = None) -> Learner:
     """``agent``'s programs over ``layout``, stepping ``spec`` (what the agent was made with)
-    as :func:`compile_options` compiles it for ``layout``; ``learn_next``'s results laid out on
-    ``out_layout`` if given (``replicate_learn``: the run's state lives on the run's mesh)."""
+    as :func:`compile_options` compiles it for ``layout``.
+
+    ``whole`` (``replicate_learn``): the same algorithm made for the whole batch on
+    :func:`replicated_layout`'s mesh. ``agent`` still acts on each device's environments;
+    each update's trajectory is then gathered to every device (:func:`pack_envs`: one
+    all-gather) and ``whole`` learns from all of it there, its data (a replay) held whole on
+    every device: no collective inside learning, the one-device program on every device."""
     check_aggregations(agent)
     options = compile_options(spec, layout)
     mesh, axis = layout.mesh, layout.data_axis
@@ -204,7 +236,9 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
     pbt = settings.pbt if layout.members else None
     if pbt is not None:   # its round, windows and lineage make a resume exact
         agent = agent._replace(checkpointed=agent.checkpointed._replace(pbt=True))
-    specs = RunState(layout.train, layout.envs, layout.envs, layout.train if pbt else ())
+    learner = agent if whole is None else whole   # who learns (and so inits the data)
+    data_spec = layout.envs if whole is None else REPLICATED
+    specs = RunState(layout.train, layout.envs, data_spec, layout.train if pbt else ())
     host = spec.on_host   # stepped by the host driver (jaxrl_dist.drivers.host)
     agent, env_inputs, input_specs = _environments(agent, spec, layout, host,
                                                    E * layout.data_size, settings.eval_episodes)
@@ -217,7 +251,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         env_ids = rollout.local_env_ids(E, axis)
         actors = () if host else rollout.reset_actors(
             spec, agent, keys.per_env(seed.envs, env_ids), handles)
-        train, data = agent.init(seed.train, params, swept)
+        train, data = learner.init(seed.train, params, swept)
         return RunState(train, actors, data, pbt_lib.init(pbt) if pbt else ())
 
     def collect_local(train, actors, key):
@@ -228,7 +262,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         return actors, Trajectory(steps, actors.env.obs, carry)
 
     def learn_local(train, data, trajectory, key):
-        learned, data, metrics = agent.learn(train, data, trajectory, key)
+        learned, data, metrics = learner.learn(train, data, trajectory, key)
         check_metrics(agent, metrics)
         learned, metrics = keep_finite(train, learned, metrics)
         return learned, data, metrics
@@ -277,24 +311,43 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
 
     init = _compiled_once(init_program, mesh, env_inputs.train)
 
-    def update(state: RunState, num_updates: int):
-        body = smap(lambda s: update_body(s, num_updates), (specs,), (specs, layout.train))
-        return body(state)
-
-    update = _Unrolled(jax.jit(update, static_argnums=1, donate_argnums=0))
-
     # A trajectory is [T, E, ...]: time unsharded, environments on the data axis.
     over_time = P(*layout.envs[:-1], None, layout.envs[-1])
     trajectory_specs = Trajectory(over_time, layout.envs, layout.envs)
-    learn = jax.jit(smap(learn_body, (layout.train, layout.envs, trajectory_specs, layout.train),
-                         (layout.train, layout.envs, layout.train)))
-    collect = jax.jit(smap(collect_body, (layout.train, layout.envs, layout.train),
-                           (layout.envs, trajectory_specs)))
-    out = None if out_layout is None else tuple(
-        out_layout.sharding(s) for s in (out_layout.train, out_layout.envs, out_layout.train))
-    learn_next = jax.jit(smap(learn_next_local, (layout.train, layout.envs, trajectory_specs),
-                              (layout.train, layout.envs, layout.train)), donate_argnums=(0, 1),
-                         out_shardings=out)
+    collect_smap = smap(collect_body, (layout.train, layout.envs, layout.train),
+                        (layout.envs, trajectory_specs))
+    collect = jax.jit(collect_smap)
+    if whole is None:
+        def update(state: RunState, num_updates: int):
+            body = smap(lambda s: update_body(s, num_updates), (specs,), (specs, layout.train))
+            return body(state)
+
+        learn_smap = smap(learn_body, (layout.train, data_spec, trajectory_specs, layout.train),
+                          (layout.train, data_spec, layout.train))
+        learn_next_smap = smap(learn_next_local, (layout.train, data_spec, trajectory_specs),
+                               (layout.train, data_spec, layout.train))
+        state_shardings = None
+    else:
+        learn_smap = _learn_whole(whole, agent, spec, layout, smap, trajectory_specs)
+
+        def learn_next_smap(train, data, trajectory):
+            k = keys.of_update(train.key)   # the host actors acted with k.act
+            return learn_smap(train._replace(key=k.next), data, trajectory, k.learn)
+
+        def update(state: RunState, num_updates: int):   # one_update's, across two meshes
+            def step(state, _):
+                k = keys.of_update(state.train.key)
+                actors, trajectory = collect_smap(state.train, state.actors, k.act)
+                train, data, metrics = learn_smap(state.train._replace(key=k.next),
+                                                  state.data, trajectory, k.learn)
+                return RunState(train, actors, data, ()), metrics
+            return jax.lax.scan(step, state, None, length=num_updates)
+
+        state_shardings = tuple(layout.sharding(x) for x in (layout.train, data_spec,
+                                                              layout.train))
+    update = _Unrolled(jax.jit(update, static_argnums=1, donate_argnums=0))
+    learn = jax.jit(learn_smap, out_shardings=state_shardings)
+    learn_next = jax.jit(learn_next_smap, donate_argnums=(0, 1), out_shardings=state_shardings)
 
     def abstract_state() -> RunState:
         """What init() returns, as ShapeDtypeStructs with shardings: lets the update program
@@ -326,7 +379,34 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
 
     return Learner(init, update, learn, collect, evaluate, abstract_state, layout, init_program,
                    agent, specs, {**agent.metrics, SKIPPED: "sum"}, env_inputs,
-                   _restored(agent, layout, smap), learn_next, exploit=exploit, pbt=pbt)
+                   _restored(agent, layout, data_spec, smap), learn_next,
+                   replicated=whole is not None, exploit=exploit, pbt=pbt)
+
+
+def _learn_whole(whole: Agent, agent: Agent, spec: EnvSpec, layout: Layout, smap: Callable,
+                 trajectory_specs: Trajectory) -> Callable[..., Any]:
+    """``replicate_learn``'s learn, over global arrays: the trajectory packed on the run's mesh
+    and gathered to every device in ONE all-gather (the reshard into the whole-batch mesh),
+    then ``whole`` (made for :func:`replicated_layout`) learns from all of it on every device,
+    its data held whole (replicated) on every device."""
+    whole_layout = replicated_layout(layout)
+    pack = smap(pack_envs, (trajectory_specs,), layout.envs)
+
+    def learn(train, data, trajectory, key):
+        like = jax.eval_shape(lambda t: t, trajectory)
+
+        def body(train, data, packed, key):
+            learned, data, metrics = whole.learn(train, data, unpack_envs(packed, like), key)
+            check_metrics(agent, metrics)
+            learned, metrics = keep_finite(train, learned, metrics)
+            return learned, data, metrics
+        train_spec, envs_spec = whole_layout.train, whole_layout.envs
+        return jax.shard_map(
+            body, mesh=whole_layout.mesh, in_specs=(train_spec, envs_spec, envs_spec, train_spec),
+            out_specs=(train_spec, envs_spec, train_spec),
+            check_vma=compile_options(spec, whole_layout).check_vma,
+        )(train, data, pack(trajectory), key)
+    return learn
 
 
 def _environments(agent: Agent, spec: EnvSpec, layout: Layout, host: bool, num_envs: int,
@@ -366,7 +446,8 @@ def _compiled_once(init_program: Any, mesh: Mesh, env_inputs: Any) -> Callable[.
     return init
 
 
-def _restored(agent: Agent, layout: Layout, smap: Callable) -> Callable[[RunState], RunState]:
+def _restored(agent: Agent, layout: Layout, data_spec: P,
+              smap: Callable) -> Callable[[RunState], RunState]:
     """A restored state -> the state to train from: the learner's ``new_actors`` applied to
     its data when the actors were rebuilt rather than restored (fresh episodes)."""
     if (agent.new_actors is None or agent.checkpointed.actors
@@ -374,5 +455,5 @@ def _restored(agent: Agent, layout: Layout, smap: Callable) -> Callable[[RunStat
         return lambda state: state
     body = (jax.vmap(agent.new_actors, axis_name=layout.member_vmap_axis)
             if layout.members else agent.new_actors)
-    cut = jax.jit(smap(body, (layout.envs,), layout.envs), donate_argnums=0)
+    cut = jax.jit(smap(body, (data_spec,), data_spec), donate_argnums=0)
     return lambda state: state._replace(data=cut(state.data))

@@ -291,20 +291,17 @@ def test_pqn_learns_the_whole_batch_on_every_device(plugin, tmp_path):
     assert max_rel_diff(params_of(tmp_path / "d1")[0], params_of(tmp_path / "r2")[0]) <= 1e-4
 
 
-@pytest.mark.parametrize("algo,env,words", [
-    ("ppo", "CartPole-v1", ["replicate_learn applies to a single run on host environments"]),
-    ("dqn", CORRIDOR, ["replicate_learn: dqn keeps data sharded", "use it with ppo or pqn"]),
-])
-def test_replicate_learn_elsewhere_is_one_line(algo, env, words, plugin, tmp_path):
+def test_replicate_learn_for_a_population_is_one_line(tmp_path):
     import jax
 
     from jaxrl_dist.errors import UserError
     from jaxrl_dist.trainer import train
 
     with pytest.raises(UserError) as error:
-        train(_tiny(algo, env=env, replicate_learn=True), tmp_path / "run",
-              devices=jax.devices()[:2], progress=False)
+        train(_tiny("ppo", replicate_learn=True, population={"seeds": [0, 1]}),
+              tmp_path / "run", devices=jax.devices()[:2], progress=False)
     message = str(error.value)
+    words = ["replicate_learn applies to a single run", "population"]
     assert len(message.splitlines()) == 1 and all(w in message for w in words), message
     assert not (tmp_path / "run").exists()
 
@@ -516,14 +513,14 @@ def test_recurrent_ppo_on_host_envs_is_the_same_on_1_and_2_processes(tmp_path):
     ~0). One cell shared by actor and critic: 2 processes through the launcher (learning the
     whole batch on each device, replicate_learn's auto) give 1 process x 2 devices' replicated
     parameters bit for bit, 1 device's to float tolerance; a cell each (the critic's carries
-    kept in the learner's data, so the batch is split): 2 processes equal 2 devices bit for bit."""
+    kept in the learner's data, held whole on every device): the same."""
     cfg = "configs/gymnasium_cartpole.yaml"
     shared = [*HOST_ARGS, *GRU, "--set", "ppo.network.shared=true"]
     apart = [*HOST_ARGS, *GRU, "--set", "ppo.network.shared=false"]
     runs = {}
     for name, devices, args in (("d1", 1, shared),
                                 ("r2", 2, [*shared, "--set", "replicate_learn=true"]),
-                                ("a2", 2, apart)):
+                                ("a2", 2, [*apart, "--set", "replicate_learn=true"])):
         proc, runs[name] = train_cli(tmp_path / name, devices=devices, args=args, config=cfg,
                                      **PLUGIN)
         assert proc.returncode == 0, proc.stderr[-3000:]

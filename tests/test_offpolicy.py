@@ -441,10 +441,12 @@ def test_a_host_env_resumes_deterministically(tmp_path):
 @pytest.mark.timeout(400)
 def test_two_processes_equal_one_process_with_two_devices(tmp_path):
     """2 processes x 1 device through the launcher == 1 process x 2 devices, bit for bit (the
-    same shards per device, the same collectives)."""
-    cfg = _write(tmp_path, CLI_RUN)
+    same shards per device, the same collectives; replicate_learn as each decides it: on for
+    CPU devices across processes, so set on both here)."""
+    cfg = _write(tmp_path, {**CLI_RUN, "replicate_learn": True})
     proc, one = train_cli(tmp_path / "one", devices=2, args=[], config=cfg)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert one["replicate_learn"] is True
     proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "1", cfg,
                          "--run-dir", str(tmp_path / "two")])
     assert proc.returncode == 0, proc.stderr[-3000:]
