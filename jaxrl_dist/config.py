@@ -396,17 +396,10 @@ def _check_population(config: Config) -> None:
             f"population.seeds must be distinct integers >= 0, got {list(pop.seeds)}")
     require(pop.member_devices is None or pop.member_devices >= 1,
             f"population.member_devices must be >= 1 or null, got {pop.member_devices}")
-    base = to_dict(config)
-    base.pop("population")
-    base.pop("pbt")
-    known = {key for key, _, _ in describe()}
-    sweepable = config.algorithm.sweepable
+    base = _without_members(config)
     for key, values in pop.sweep.items():
-        if key not in sweepable:
-            why = ("changes array shapes or the compiled program, so members could not share "
-                   "one program" if key in known else "is not a config key")
-            raise ConfigError(f"population.sweep: '{key}' {why}; sweepable keys of algo "
-                              f"{config.algo}: {', '.join(sweepable)}")
+        _require_held_as_array(config, key, "population.sweep", "members could not share one "
+                               "program", "sweepable")
         require(len(values) >= 1, f"population.sweep.{key}: give at least one value")
         for value in values:
             _check_value(base, key, value, f"population.sweep.{key}={value}")
@@ -426,17 +419,10 @@ def _check_pbt(config: Config) -> None:
             f"pbt.fitness must be one of {', '.join(PBT_FITNESS)}, got {pbt.fitness!r}")
     require(pbt.min_episodes is None or pbt.min_episodes >= 1,
             f"pbt.min_episodes must be >= 1 or null, got {pbt.min_episodes}")
-    base = to_dict(config)
-    base.pop("population")
-    base.pop("pbt")
-    known = {key for key, _, _ in describe()}
-    mutable = config.algorithm.sweepable
+    base = _without_members(config)
     for key, m in pbt.mutations.items():
-        if key not in mutable:
-            why = ("changes array shapes or the compiled program, so it cannot change during "
-                   "a run" if key in known else "is not a config key")
-            raise ConfigError(f"pbt.mutations: '{key}' {why}; mutable keys of algo "
-                              f"{config.algo}: {', '.join(mutable)}")
+        _require_held_as_array(config, key, "pbt.mutations", "it cannot change during a run",
+                               "mutable")
         where = f"pbt.mutations.{key}"
         require(m.prior in PBT_PRIORS,
                 f"{where}.prior must be one of {', '.join(PBT_PRIORS)}, got {m.prior!r}")
@@ -460,6 +446,27 @@ def _check_pbt(config: Config) -> None:
             require(m.low <= value <= m.high,
                     f"pbt.mutations.{key}: a member starts at {value}, outside [low, high] = "
                     f"[{m.low}, {m.high}]")
+
+
+def _without_members(config: Config) -> dict[str, Any]:
+    """The config as a dict without its population and pbt sections: one member's."""
+    base = to_dict(config)
+    base.pop("population")
+    base.pop("pbt")
+    return base
+
+
+def _require_held_as_array(config: Config, key: str, where: str, so: str, kind: str) -> None:
+    """``key`` is one the train state holds as an array (the algorithm's sweepable keys: what
+    members may differ in and PBT may change), else one line saying why not."""
+    held = config.algorithm.sweepable
+    if key in held:
+        return
+    known = {k for k, _, _ in describe()}
+    why = (f"changes array shapes or the compiled program, so {so}" if key in known
+           else "is not a config key")
+    raise ConfigError(f"{where}: '{key}' {why}; {kind} keys of algo {config.algo}: "
+                      f"{', '.join(held)}")
 
 
 def _check_value(base: dict[str, Any], key: str, value: Any, where: str) -> None:

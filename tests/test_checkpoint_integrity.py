@@ -175,6 +175,30 @@ def test_the_digest_is_the_same_on_any_mesh_and_sees_any_one_element():
     assert digest.mismatches(one, digest.digests({"state": swapped})["state"]) == ["n"]
 
 
+def test_a_large_array_is_hashed_a_slab_at_a_time_to_the_same_digest(monkeypatch):
+    """Arrays over ``digest._CHUNK`` elements are hashed one slab of an unsharded axis at a
+    time (a replay of Atari frames hashed whole took 4x its size): the same words, sharded or
+    not, with a slab count that leaves a remainder, for every width of element."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    key = jax.random.PRNGKey(3)
+    tree = {"frames": jax.random.randint(key, (4, 37, 5, 6), 0, 255).astype(jnp.uint8),
+            "x": jax.random.normal(key, (4, 37, 3)), "flags": jax.random.bernoulli(key,
+                                                                                shape=(4, 37)),
+            "h": jax.random.normal(key, (4, 11, 7)).astype(jnp.bfloat16)}
+    whole = digest.digests({"data": tree})["data"]
+    monkeypatch.setattr(digest, "_CHUNK", 64)
+    monkeypatch.setattr(digest, "_compiled", {})
+    assert all(digest._slab_axis(x) == 1 for x in tree.values())
+    assert digest.digests({"data": tree})["data"] == whole
+    mesh = jax.make_mesh((2,), ("data",), devices=jax.devices()[:2])
+    sharded = {k: jax.device_put(v, NamedSharding(mesh, PartitionSpec("data")))
+               for k, v in tree.items()}
+    assert digest.digests({"data": sharded})["data"] == whole
+    changed = {**tree, "frames": tree["frames"].at[3, 36, 4, 5].add(1)}   # the last slab
+    assert digest.mismatches(whole, digest.digests({"data": changed})["data"]) == ["frames"]
+
+
 def test_every_checkpoint_records_its_digest(reference):
     run, _ = reference
     state, meta = read_checkpoint(run / "checkpoints")   # checked on the way

@@ -418,6 +418,56 @@ def test_kill_9_then_resume_ends_where_the_uninterrupted_run_ends(tmp_path, run_
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("base", [SAC, TD3, CROSSQ], ids=["sac", "td3", "crossq"])
+def test_sigterm_saves_the_replay_and_the_resumed_run_ends_as_uninterrupted(tmp_path, base):
+    """Preemption: SIGTERM mid-run saves the whole state (replay, targets, entropy
+    coefficient, CrossQ's running statistics) at an agreed update and exits 75; the resumed
+    run ends with the uninterrupted run's parameters, bit for bit."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from helpers import _env
+    from jaxrl_dist.checkpoint import read_checkpoint
+
+    cfg = _write(tmp_path, {**base, "total_timesteps": 8 * 1500, "checkpoint_every": 0})
+
+    def command(run, *extra):
+        return [sys.executable, "-m", "jaxrl_dist.train", cfg, "--cpu-devices", "2",
+                "--run-dir", str(run), "--no-progress", *extra]
+
+    def summary_of(out):
+        return next(json.loads(x) for x in out.splitlines() if x.startswith('{"rank"'))
+
+    run = tmp_path / "run"
+    proc = subprocess.Popen(command(run), env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (
+                (run / "metrics.jsonl").exists()
+                and (run / "metrics.jsonl").read_text().count("\n") >= 2):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 75, err[-3000:]
+    state, meta = read_checkpoint(run / "checkpoints")
+    assert 10 <= meta["updates"] < 1500 and np.all(state["data"]["rows"] == 16)   # replay saved
+    resumed = subprocess.run(command(run, "--resume"), env=_env(), capture_output=True,
+                             text=True, timeout=120)
+    reference = subprocess.run(command(tmp_path / "ref"), env=_env(), capture_output=True,
+                               text=True, timeout=120)
+    assert resumed.returncode == 0 and reference.returncode == 0, resumed.stderr[-3000:]
+    assert f"resuming at {meta['updates']}" in resumed.stderr
+    assert summary_of(resumed.stdout)["param_fingerprint"] == summary_of(
+        reference.stdout)["param_fingerprint"]
+
+
+@pytest.mark.slow
 @pytest.mark.timeout(400)
 def test_a_host_env_resumes_deterministically(tmp_path):
     """Host environments restart fresh episodes on resume (their state is not in the
@@ -439,14 +489,18 @@ def test_a_host_env_resumes_deterministically(tmp_path):
 
 @pytest.mark.slow
 @pytest.mark.timeout(400)
-def test_two_processes_equal_one_process_with_two_devices(tmp_path):
+@pytest.mark.parametrize("run_config,whole", [(CLI_RUN, True), (CROSSQ_CLI_RUN, True),
+                                               (CROSSQ_CLI_RUN, False)],
+                         ids=["sac", "crossq", "crossq-split"])
+def test_two_processes_equal_one_process_with_two_devices(tmp_path, run_config, whole):
     """2 processes x 1 device through the launcher == 1 process x 2 devices, bit for bit (the
-    same shards per device, the same collectives; replicate_learn as each decides it: on for
-    CPU devices across processes, so set on both here)."""
-    cfg = _write(tmp_path, {**CLI_RUN, "replicate_learn": True})
+    same shards per device, the same collectives), with replicate_learn set on both (auto
+    turns it on across CPU processes only); split, CrossQ's batch statistics are all-reduced
+    between the processes."""
+    cfg = _write(tmp_path, {**run_config, "replicate_learn": whole})
     proc, one = train_cli(tmp_path / "one", devices=2, args=[], config=cfg)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert one["replicate_learn"] is True
+    assert one["replicate_learn"] is whole
     proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "1", cfg,
                          "--run-dir", str(tmp_path / "two")])
     assert proc.returncode == 0, proc.stderr[-3000:]
