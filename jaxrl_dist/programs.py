@@ -304,10 +304,9 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
 
     # out_shardings spelled out: XLA would hand zero-size outputs (MJX states have some)
     # back replicated in a multi-process job, not in the shardings the update compiles for.
+    state_out = RunState(*(layout.sharding(s) if isinstance(s, P) else s for s in specs))
     init_program = jax.jit(smap(init_body, (layout.train, layout.train, input_specs.train),
-                                specs),
-                           out_shardings=RunState(*(
-                               layout.sharding(s) if isinstance(s, P) else s for s in specs)))
+                                specs), out_shardings=state_out)
 
     init = _compiled_once(init_program, mesh, env_inputs.train)
 
@@ -345,7 +344,10 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
 
         state_shardings = tuple(layout.sharding(x) for x in (layout.train, data_spec,
                                                               layout.train))
-    update = _Unrolled(jax.jit(update, static_argnums=1, donate_argnums=0))
+    # the whole-batch update's outputs spelled out, as init's are (zero-size MJX leaves)
+    outputs = None if whole is None else (state_out, layout.sharding(layout.train))
+    update = _Unrolled(jax.jit(update, static_argnums=1, donate_argnums=0,
+                               out_shardings=outputs))
     learn = jax.jit(learn_smap, out_shardings=state_shardings)
     learn_next = jax.jit(learn_next_smap, donate_argnums=(0, 1), out_shardings=state_shardings)
 
