@@ -193,12 +193,14 @@ def test_pong_dqn_through_the_launcher_killed_and_restarted(tmp_path):
 def test_two_processes_learn_what_one_process_with_two_devices_learns(tmp_path):
     """Topology invariance across processes: each process opens its own pool, seeded by global
     environment indices, so 2 processes x 1 device play the games and learn the parameters of
-    1 process x 2 devices (up to the float order of the cross-process reductions)."""
+    1 process x 2 devices (up to the float order of the cross-process reductions), each
+    learning the whole batch (replicate_learn: auto across CPU processes, set for the one)."""
     args = _tiny_pong(tmp_path, checkpoint_every=0, eval_every=0, total_timesteps=384)
     multi = run_launcher(["--nproc-per-node", "2", "configs/pong_dqn.yaml", *args,
                           "--run-dir", str(tmp_path / "mp")], timeout=280)
     assert multi.returncode == 0, multi.stderr[-3000:]
-    single, _ = train_cli(tmp_path / "sp", config="configs/pong_dqn.yaml", args=args, timeout=280)
+    single, _ = train_cli(tmp_path / "sp", config="configs/pong_dqn.yaml",
+                          args=[*args, "--set", "replicate_learn=true"], timeout=280)
     assert single.returncode == 0, single.stderr[-3000:]
     (mp, mp_meta), (sp, _) = params_of(tmp_path / "mp"), params_of(tmp_path / "sp")
     assert mp_meta["updates"] == 12   # 4 of them learned (learning starts after update 8)

@@ -351,12 +351,14 @@ def _summaries(logs: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_two_processes_agree_when_only_one_of_them_cannot_read(reference, tmp_path):
-    """Saved by 2 processes x 1 device; process 1's half of the buffer in checkpoint 20 is
-    zeroed, so only process 1's read fails: both skip 20 together (no process waits in a
-    collective the other left) and end as the uninterrupted run did."""
+    """Saved by 2 processes x 1 device with the batch split (each process writes its half
+    of the buffer; replicate_learn, auto across processes, would hold it whole); process 1's
+    half in checkpoint 20 is zeroed, so only process 1's read fails: both skip 20 together
+    (no process waits in a collective the other left) and end as the uninterrupted run did."""
     run = tmp_path / "run"
     launch = [sys.executable, "-m", "jaxrl_dist.launch", "--nproc-per-node", "2",
-              _config_file(tmp_path), "--run-dir", str(run), "--no-progress"]
+              _config_file(tmp_path), "--run-dir", str(run), "--no-progress",
+              "--set", "replicate_learn=false"]
     first = subprocess.run(launch, env=_env(), capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr[-3000:]
     zero(run / "checkpoints" / "20" / "state", "data.obs", writer="process_1")

@@ -409,7 +409,8 @@ def test_two_launcher_processes_equal_one_process_with_two_devices(env, sets, tm
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = summaries(tmp_path / "mp" / "logs")
     single = subprocess.run([sys.executable, "-m", "jaxrl_dist.train", "configs/cartpole.yaml",
-                             *sets_args, "--cpu-devices", "2", "--no-progress", "--run-dir",
+                             *sets_args, "--set", "replicate_learn=true",   # auto for the 2
+                             "--cpu-devices", "2", "--no-progress", "--run-dir",
                              str(tmp_path / "sp")], env=_env(), capture_output=True, text=True,
                             timeout=300)
     assert single.returncode == 0, single.stderr[-3000:]
