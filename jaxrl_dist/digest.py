@@ -132,8 +132,8 @@ def _program(leaves: list[Any], placement: Any):
     if mine:
         try:
             axes = tuple(_slab_axis(x) for x in leaves)
-            pending.set_result(jax.jit(functools.partial(_sums, axes=axes),
-                                       out_shardings=placement).lower(leaves).compile())
+            pending.set_result(jax.jit(_sums, static_argnames="axes", out_shardings=placement)
+                               .lower(leaves, axes=axes).compile())
         except BaseException as e:
             with _lock:
                 del _compiled[key]

@@ -325,7 +325,6 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
                           (layout.train, data_spec, layout.train))
         learn_next_smap = smap(learn_next_local, (layout.train, data_spec, trajectory_specs),
                                (layout.train, data_spec, layout.train))
-        state_shardings = None
     else:
         learn_smap = _learn_whole(whole, agent, spec, layout, smap, trajectory_specs)
 
@@ -344,12 +343,13 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
 
         state_shardings = tuple(layout.sharding(x) for x in (layout.train, data_spec,
                                                               layout.train))
-    # the whole-batch update's outputs spelled out, as init's are (zero-size MJX leaves)
-    outputs = None if whole is None else (state_out, layout.sharding(layout.train))
-    update = _Unrolled(jax.jit(update, static_argnums=1, donate_argnums=0,
-                               out_shardings=outputs))
-    learn = jax.jit(learn_smap, out_shardings=state_shardings)
-    learn_next = jax.jit(learn_next_smap, donate_argnums=(0, 1), out_shardings=state_shardings)
+    # the whole-batch programs' outputs spelled out, as init's are (zero-size MJX leaves);
+    # jit's out_shardings=None would mean replicated, so the split ones pass none
+    placed = {} if whole is None else dict(out_shardings=state_shardings)
+    update = _Unrolled(jax.jit(update, static_argnums=1, donate_argnums=0, **(
+        {} if whole is None else dict(out_shardings=(state_out, layout.sharding(layout.train))))))
+    learn = jax.jit(learn_smap, **placed)
+    learn_next = jax.jit(learn_next_smap, donate_argnums=(0, 1), **placed)
 
     def abstract_state() -> RunState:
         """What init() returns, as ShapeDtypeStructs with shardings: lets the update program
