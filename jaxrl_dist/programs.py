@@ -344,7 +344,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         state_shardings = tuple(layout.sharding(x) for x in (layout.train, data_spec,
                                                               layout.train))
     # the whole-batch programs' outputs spelled out, as init's are (zero-size MJX leaves);
-    # jit's out_shardings=None would mean replicated, so the split ones pass none
+    # the split ones keep jit's inferred outputs, as they always had
     placed = {} if whole is None else dict(out_shardings=state_shardings)
     update = _Unrolled(jax.jit(update, static_argnums=1, donate_argnums=0, **(
         {} if whole is None else dict(out_shardings=(state_out, layout.sharding(layout.train))))))
