@@ -130,6 +130,45 @@ def train_cli(run_dir, *extra, devices=2, args=SMALL, timeout=240, config=CFG, *
     return proc, summary
 
 
+def sigterm_and_resume(tmp_path, config_file, calls=2):
+    """SIGTERM a 2-device run once its metrics hold ``calls`` rows; then ``--resume`` it and run
+    it uninterrupted, each as the same command line (so with the same thread setup); the stop
+    must exit 75 and both runs 0. Returns (the stopped run's newest checkpoint as (state,
+    meta), the resume's stderr, the resumed summary, the uninterrupted summary)."""
+    import signal
+
+    from jaxrl_dist.checkpoint import read_checkpoint
+
+    def command(run, *extra):
+        return [sys.executable, "-m", "jaxrl_dist.train", str(config_file), "--cpu-devices",
+                "2", "--run-dir", str(run), "--no-progress", *extra]
+
+    def summary_of(out):
+        return next(json.loads(x) for x in out.splitlines() if x.startswith('{"rank"'))
+
+    run = tmp_path / "run"
+    proc = subprocess.Popen(command(run), env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and not (
+                (run / "metrics.jsonl").exists()
+                and (run / "metrics.jsonl").read_text().count("\n") >= calls):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 75, err[-3000:]
+    saved = read_checkpoint(run / "checkpoints")
+    resumed = subprocess.run(command(run, "--resume"), env=_env(), capture_output=True,
+                             text=True, timeout=120)
+    reference = subprocess.run(command(tmp_path / "ref"), env=_env(), capture_output=True,
+                               text=True, timeout=120)
+    assert resumed.returncode == 0 and reference.returncode == 0, resumed.stderr[-3000:]
+    return saved, resumed.stderr, summary_of(resumed.stdout), summary_of(reference.stdout)
+
+
 def params_of(run_dir):
     from jaxrl_dist.checkpoint import read_checkpoint
 

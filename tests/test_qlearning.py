@@ -363,44 +363,11 @@ def test_sigterm_saves_the_buffer_and_the_resumed_run_ends_as_uninterrupted(tmp_
     """Preemption: SIGTERM mid-run saves the whole state (buffer included) at an agreed update
     and exits 75; the resumed run ends with the uninterrupted run's parameters, bit for bit
     (every part runs as the same command line, so with the same thread setup)."""
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    from helpers import _env
+    from helpers import sigterm_and_resume
 
     cfg = tmp_path / "dqn.yaml"
     cfg.write_text(json.dumps({**DQN, "total_timesteps": 8 * 3000, "checkpoint_every": 0}))
-
-    def command(run, *extra):
-        return [sys.executable, "-m", "jaxrl_dist.train", str(cfg), "--cpu-devices", "2",
-                "--run-dir", str(run), "--no-progress", *extra]
-
-    def summary_of(out):
-        return next(json.loads(x) for x in out.splitlines() if x.startswith('{"rank"'))
-
-    run = tmp_path / "run"
-    proc = subprocess.Popen(command(run), env=_env(), stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (
-                (run / "metrics.jsonl").exists()
-                and (run / "metrics.jsonl").read_text().count("\n") >= 2):
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
-    assert proc.returncode == 75, err[-3000:]
-    state, meta = read_checkpoint(run / "checkpoints")
+    (state, meta), err, resumed, reference = sigterm_and_resume(tmp_path, cfg)
     assert 0 < meta["updates"] < 3000 and np.all(state["data"]["rows"] == 16)   # buffer saved
-    resumed = subprocess.run(command(run, "--resume"), env=_env(), capture_output=True,
-                             text=True, timeout=120)
-    reference = subprocess.run(command(tmp_path / "ref"), env=_env(), capture_output=True,
-                               text=True, timeout=120)
-    assert resumed.returncode == 0 and reference.returncode == 0, resumed.stderr[-3000:]
-    assert f"resuming at {meta['updates']}" in resumed.stderr
-    assert summary_of(resumed.stdout)["param_fingerprint"] == summary_of(
-        reference.stdout)["param_fingerprint"]
+    assert f"resuming at {meta['updates']}" in err
+    assert resumed["param_fingerprint"] == reference["param_fingerprint"]
