@@ -190,7 +190,8 @@ def _env_first(trajectory: Trajectory) -> Trajectory:
 def pack_envs(trajectory: Trajectory) -> jax.Array:
     """A trajectory as ONE ``uint8 [E, bytes]`` array, environments first: what
     ``replicate_learn`` gathers to every device in one all-gather (between processes each
-    collective is a round trip, whatever its size)."""
+    collective is a round trip, whatever its size), and what host actors hand the learner
+    (:func:`pack_envs_host`, one transfer per update whatever the trajectory's leaves)."""
     leaves = jax.tree.leaves(_env_first(trajectory))
     E = leaves[0].shape[0]
 
@@ -200,6 +201,22 @@ def pack_envs(trajectory: Trajectory) -> jax.Array:
             x = jax.lax.bitcast_convert_type(x, jnp.uint8)
         return x.reshape(E, int(np.prod(x.shape[1:])))
     return jnp.concatenate([as_bytes(x) for x in leaves], axis=1)
+
+
+def pack_envs_host(trajectory: Trajectory) -> np.ndarray:
+    """:func:`pack_envs` of numpy arrays, byte for byte (tested): a host trajectory becomes
+    one array before it is placed on the mesh, instead of one placement per leaf."""
+    steps = jax.tree.map(lambda x: np.swapaxes(x, 0, 1), trajectory.steps)
+    leaves = jax.tree.leaves(trajectory._replace(steps=steps))
+    E = leaves[0].shape[0]
+    return np.concatenate([np.ascontiguousarray(x).reshape(E, int(np.prod(x.shape[1:])))
+                           .view(np.uint8) for x in leaves], axis=1)
+
+
+def packed_width(like: Trajectory) -> int:
+    """Bytes per environment of :func:`pack_envs` for a trajectory shaped like ``like``."""
+    leaves = jax.tree.leaves(jax.eval_shape(_env_first, like))
+    return sum(int(np.prod(x.shape[1:])) * x.dtype.itemsize for x in leaves)
 
 
 def unpack_envs(packed: jax.Array, like: Trajectory) -> Trajectory:
@@ -217,6 +234,23 @@ def unpack_envs(packed: jax.Array, like: Trajectory) -> Trajectory:
         return jax.lax.bitcast_convert_type(column.reshape(*x.shape, x.dtype.itemsize), x.dtype)
     return _env_first(jax.tree.unflatten(treedef, [from_bytes(c, x)
                                                    for c, x in zip(columns, leaves)]))
+
+
+def trajectory_partition(layout: Layout) -> Trajectory:
+    """Where a trajectory's arrays live: steps ``[T, E, ...]`` (time unsharded, environments
+    on the data axis), the rest ``[E, ...]``."""
+    over_time = P(*layout.envs[:-1], None, layout.envs[-1])
+    return Trajectory(over_time, layout.envs, layout.envs)
+
+
+def unpacking(layout: Layout, like: Trajectory) -> Any:
+    """jit: a global packed trajectory (:func:`pack_envs_host`'s rows, ``uint8 [E, bytes]`` on
+    the data axis) -> the Trajectory ``learn_next`` takes, each device unpacking its own rows
+    (``like``: one device's shapes). A program of its own, so ``learn_next`` stays the
+    program it was, bit for bit: fused into it, XLA laid a MuJoCo PPO update out otherwise
+    and its last bits moved."""
+    return jax.jit(jax.shard_map(lambda packed: unpack_envs(packed, like), mesh=layout.mesh,
+                                 in_specs=layout.envs, out_specs=trajectory_partition(layout)))
 
 
 def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
@@ -310,9 +344,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
 
     init = _compiled_once(init_program, mesh, env_inputs.train)
 
-    # A trajectory is [T, E, ...]: time unsharded, environments on the data axis.
-    over_time = P(*layout.envs[:-1], None, layout.envs[-1])
-    trajectory_specs = Trajectory(over_time, layout.envs, layout.envs)
+    trajectory_specs = trajectory_partition(layout)
     collect_smap = smap(collect_body, (layout.train, layout.envs, layout.train),
                         (layout.envs, trajectory_specs))
     collect = jax.jit(collect_smap)
@@ -349,6 +381,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
     update = _Unrolled(jax.jit(update, static_argnums=1, donate_argnums=0, **(
         {} if whole is None else dict(out_shardings=(state_out, layout.sharding(layout.train))))))
     learn = jax.jit(learn_smap, **placed)
+
     learn_next = jax.jit(learn_next_smap, donate_argnums=(0, 1), **placed)
 
     def abstract_state() -> RunState:

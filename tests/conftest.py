@@ -203,10 +203,6 @@ def _heavy_first(item) -> int:
     return HEAVY_FIRST.index(path) if path in HEAVY_FIRST else len(HEAVY_FIRST)
 
 
-def _full() -> bool:
-    return bool(os.environ.get("JAXRL_DIST_FULL_TESTS"))
-
-
 def pytest_collection_modifyitems(config, items):
     items.sort(key=_heavy_first)   # stable: a file's own order is kept
     found = set()

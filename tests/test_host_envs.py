@@ -489,7 +489,7 @@ def test_a_host_rollout_is_a_plain_loop_of_act_and_step(tmp_path):
             want_extras.append(jax.tree.map(np.asarray, extras))
             want_reward.append(out.reward)
             obs = out.obs
-        got = jax.device_get(host.collect(run.state.train))
+        got = jax.device_get(host.unpack(host.collect(run.state.train)))
     finally:
         reference.close()
         host.close()

@@ -15,7 +15,8 @@ from jaxrl_dist import config as config_lib
 from jaxrl_dist import sharding
 from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist.envs import from_config
-from jaxrl_dist.programs import make_learner, pack_envs, unpack_envs
+from jaxrl_dist.programs import (make_learner, pack_envs, pack_envs_host, packed_width,
+                                 unpack_envs)
 from jaxrl_dist.types import Trajectory, Transition
 
 from test_offpolicy import CROSSQ, SAC, TD3
@@ -81,6 +82,9 @@ def test_packing_a_trajectory_is_lossless():
                             np.zeros((E, 0), np.float32))
     packed = pack_envs(trajectory)
     assert packed.shape[0] == E and packed.dtype == np.uint8
+    # host actors pack in numpy, byte for byte as the program does
+    np.testing.assert_array_equal(pack_envs_host(trajectory), np.asarray(packed))
+    assert packed.shape[1] == packed_width(jax.eval_shape(lambda t: t, trajectory))
     back = unpack_envs(packed, jax.eval_shape(lambda t: t, trajectory))
     for a, b in zip(jax.tree.leaves(back), jax.tree.leaves(trajectory)):
         assert a.dtype == b.dtype and a.shape == b.shape

@@ -37,6 +37,7 @@ class HostDriver(Driver):
             updates_done, self.actor_device)
         try:
             abstract = learner.abstract_state()
+            host.unpack = host.unpack.lower(host.abstract_packed()).compile()
             host.learn = seconds.timed("update", lambda: learner.learn_next.lower(
                 abstract.train, abstract.data, host.abstract_trajectory()).compile())
         except BaseException:   # the run never starts: its environments' workers end now
