@@ -31,7 +31,8 @@ def _fingerprint(state):
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.parametrize("algo", ["dqn", "sac", pytest.param("ppo", marks=pytest.mark.slow),
+@pytest.mark.parametrize("algo", ["dqn", pytest.param("sac", marks=pytest.mark.slow),
+                                  pytest.param("ppo", marks=pytest.mark.slow),
                                   pytest.param("pqn", marks=pytest.mark.slow),
                                   pytest.param("td3", marks=pytest.mark.slow),
                                   pytest.param("crossq", marks=pytest.mark.slow)])
