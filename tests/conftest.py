@@ -65,6 +65,13 @@ SMOKE = {
 SLOW = {
     "tests/test_offpolicy.py::test_crossq_same_parameters_on_1_2_and_4_devices",   # 48 s; the
     # renormalisation's global statistics and gradients on 1/2/4 devices stay in the tier
+    # the README's tier at ~13 min on a slow hour (2026-11-27 19:30, `--durations=60` on a
+    # fresh clone): these left it, each property kept in the tier by a cheaper test
+    "tests/test_offpolicy.py::test_crossq_gradient_and_statistics_are_the_global_batchs[4]",
+    # 43 s; [2] stays
+    "tests/test_pbt.py::test_a_run_too_short_for_a_round_trains",   # 29 s
+    "tests/test_pbt.py::test_disabled_pbt_is_bitwise_the_population_without_a_pbt_section",  # 23
+    "tests/test_pbt.py::test_eval_fitness_ranks_by_the_evaluation_at_each_round",   # 15 s
     "tests/test_recurrent.py::test_first_minibatch_replays_the_rollout[1]",   # 32 s; [2] is smoke
     "tests/test_update.py::test_sampled_evaluation_is_the_same_on_1_and_2_devices",   # 15 s
     "tests/test_conv.py::test_im2col_equals_lax_convolution_and_its_gradients[shape0-kernel0-4-VALID]",
@@ -158,13 +165,13 @@ SLOW_FILES = ("tests/test_configs.py",)
 # JAXRL_DIST_FULL_TESTS=1, as the long environment-suite tests do; they pass on the development
 # machine, and a session that changes what they cover runs them. Seconds on the 2-core AMD
 # EPYC VM (2026-11-27, `--durations=0`, 2 workers).
-CORE = {
-    "tests/test_update.py::test_same_parameters_on_1_2_4_devices",                       # 28
+CORE = {   # (test_update's 1/2/4-device PPO test and test_faults' divergence on 2 processes
+    # left on 2026-11-27: the smoke launcher test checks 2 processes x 2 devices = 1 x 4 for PPO,
+    # and test_launch's kill -9 a failure on one of several processes)
     "tests/test_qlearning.py::test_same_parameters_on_1_2_4_devices[dqn]",               # 30
     "tests/test_lifecycle.py::test_sigterm_saves_at_an_agreed_update_and_resumes",       # 39
     "tests/test_lifecycle.py::test_resume_on_another_topology",                          # 26
     "tests/test_launch.py::test_kill_9_a_rank_tears_down_the_job[1]",                    # 28
-    "tests/test_faults.py::test_divergence_on_two_processes_is_reported_and_not_restarted",  # 26
     "tests/test_faults.py::test_a_full_disk_is_one_line_keeps_the_last_checkpoint_and_resume_is_exact",  # 30
 }
 
