@@ -72,6 +72,16 @@ SLOW = {
     "tests/test_pbt.py::test_a_run_too_short_for_a_round_trains",   # 29 s
     "tests/test_pbt.py::test_disabled_pbt_is_bitwise_the_population_without_a_pbt_section",  # 23
     "tests/test_pbt.py::test_eval_fitness_ranks_by_the_evaluation_at_each_round",   # 15 s
+    # the same tier at 10:53 after those (19:35): these too
+    "tests/test_offpolicy.py::test_same_parameters_on_1_and_2_devices[sac]",   # 53 s; the
+    # global-mean gradient on 1/4 devices and DQN's replay on 1/2/4 devices stay
+    "tests/test_pbt.py::test_the_mutated_learning_rate_is_the_one_the_next_update_uses",  # 22
+    "tests/test_recurrent.py::test_replay_with_chunks_continuous_actions_and_masks"
+    "[lstm-continuous-chunks]",   # 20 s; the GRU replay (smoke) stays
+    "tests/test_conv.py::test_im2col_equals_lax_convolution_and_its_gradients"
+    "[shape3-kernel3-1-SAME]",   # 12 s
+    "tests/test_conv.py::test_im2col_equals_lax_convolution_and_its_gradients"
+    "[shape4-kernel4-2-padding4]",   # 10 s; shape1 (VALID, stride 2) stays
     "tests/test_recurrent.py::test_first_minibatch_replays_the_rollout[1]",   # 32 s; [2] is smoke
     "tests/test_update.py::test_sampled_evaluation_is_the_same_on_1_and_2_devices",   # 15 s
     "tests/test_conv.py::test_im2col_equals_lax_convolution_and_its_gradients[shape0-kernel0-4-VALID]",
