@@ -164,10 +164,14 @@ class HostActors:
         self.deterministic = deterministic
         self.seed_key = np.asarray(seed_key)
         self.obs_sharding = sharding
+        # the train state's shapes, one device's (traced once: init's eval_shape is not free)
+        self.train_like = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                                       learner.abstract_state().train)
         self._compile_local()
         # the rows become a trajectory on each device, then learn_next (the driver compiles
         # both ahead of time)
-        self.unpack = programs.unpacking(layout, self.trajectory_like(sizes.local_envs))
+        self.local_like = self.trajectory_like(sizes.local_envs)
+        self.unpack = programs.unpacking(layout, self.local_like)
         self.learn = learner.learn_next
         self.envs: HostEnvs | None = spec.host(self.stop - self.start, False)
         self.eval_envs: HostEnvs | None = None
@@ -209,8 +213,7 @@ class HostActors:
         # and a step's cost is mostly such fixed overheads. How to pack is known from shapes
         # before anything is traced.
         n = self.stop - self.start
-        local_like = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
-                                  self.learner.abstract_state().train)
+        local_like = self.train_like
         acting_like = jax.eval_shape(agent.acting, local_like)
         ravel_acting, unravel_acting = raveling(acting_like)
         ids_like = jax.ShapeDtypeStruct((n,), np.int32)
@@ -349,7 +352,7 @@ class HostActors:
 
     def abstract_packed(self) -> jax.ShapeDtypeStruct:
         """:meth:`collect`'s result as a ShapeDtypeStruct (to compile ``unpack`` ahead)."""
-        width = programs.packed_width(self.trajectory_like(self.num_envs))
+        width = programs.packed_width(self.local_like)   # bytes per environment
         return jax.ShapeDtypeStruct((self.num_envs, width), np.uint8,
                                     sharding=self.obs_sharding)
 
@@ -367,8 +370,7 @@ class HostActors:
         """The shapes of a trajectory of ``num_envs`` environments."""
         spec, E, T = self.spec, num_envs, self.T
         obs = jax.ShapeDtypeStruct((E, *spec.obs_shape), np.dtype(spec.obs_dtype))
-        abstract_train = self.learner.abstract_state().train
-        local = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype), abstract_train)
+        local = self.train_like
         noise = jax.eval_shape(self._noise, local.key,
                                jax.ShapeDtypeStruct((E,), np.int32))
         carry = jax.eval_shape(self._initial_carry, jax.ShapeDtypeStruct((E,), np.int32))

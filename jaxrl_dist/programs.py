@@ -213,18 +213,21 @@ def pack_envs_host(trajectory: Trajectory) -> np.ndarray:
                            .view(np.uint8) for x in leaves], axis=1)
 
 
+def _byte_widths(leaves: list[Any]) -> list[int]:
+    """Bytes per environment of each environments-first leaf, as :func:`pack_envs` lays them."""
+    return [int(np.prod(x.shape[1:])) * x.dtype.itemsize for x in leaves]
+
+
 def packed_width(like: Trajectory) -> int:
     """Bytes per environment of :func:`pack_envs` for a trajectory shaped like ``like``."""
-    leaves = jax.tree.leaves(jax.eval_shape(_env_first, like))
-    return sum(int(np.prod(x.shape[1:])) * x.dtype.itemsize for x in leaves)
+    return sum(_byte_widths(jax.tree.leaves(jax.eval_shape(_env_first, like))))
 
 
 def unpack_envs(packed: jax.Array, like: Trajectory) -> Trajectory:
     """:func:`pack_envs`'s inverse: ``like`` holds the trajectory's shapes and dtypes
     (ShapeDtypeStructs), its environment count that of ``packed``."""
     leaves, treedef = jax.tree.flatten(jax.eval_shape(_env_first, like))
-    widths = [int(np.prod(x.shape[1:])) * x.dtype.itemsize for x in leaves]
-    columns = jnp.split(packed, np.cumsum(widths)[:-1], axis=1)
+    columns = jnp.split(packed, np.cumsum(_byte_widths(leaves))[:-1], axis=1)
 
     def from_bytes(column, x):
         if x.dtype == jnp.bool_:
