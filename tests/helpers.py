@@ -130,13 +130,30 @@ def train_cli(run_dir, *extra, devices=2, args=SMALL, timeout=240, config=CFG, *
     return proc, summary
 
 
+def sigterm_after_rows(proc, run, rows, wait=120, end=60):
+    """SIGTERM ``proc`` (a Popen with piped output) once ``run``'s metrics.jsonl holds ``rows``
+    rows (they must come within ``wait`` s, the run still going); its stderr once it ended
+    (``end`` s at most). Killed on the way out whatever happened."""
+    import signal
+
+    try:
+        deadline = time.monotonic() + wait
+        while not ((run / "metrics.jsonl").exists()
+                   and (run / "metrics.jsonl").read_text().count("\n") >= rows):
+            assert time.monotonic() < deadline and proc.poll() is None, "no training"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=end)
+    finally:
+        proc.kill()
+    return err
+
+
 def sigterm_and_resume(tmp_path, config_file, calls=2):
     """SIGTERM a 2-device run once its metrics hold ``calls`` rows; then ``--resume`` it and run
     it uninterrupted, each as the same command line (so with the same thread setup); the stop
     must exit 75 and both runs 0. Returns (the stopped run's newest checkpoint as (state,
     meta), the resume's stderr, the resumed summary, the uninterrupted summary)."""
-    import signal
-
     from jaxrl_dist.checkpoint import read_checkpoint
 
     def command(run, *extra):
@@ -149,16 +166,7 @@ def sigterm_and_resume(tmp_path, config_file, calls=2):
     run = tmp_path / "run"
     proc = subprocess.Popen(command(run), env=_env(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and not (
-                (run / "metrics.jsonl").exists()
-                and (run / "metrics.jsonl").read_text().count("\n") >= calls):
-            time.sleep(0.05)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        proc.kill()
+    err = sigterm_after_rows(proc, run, calls)
     assert proc.returncode == 75, err[-3000:]
     saved = read_checkpoint(run / "checkpoints")
     resumed = subprocess.run(command(run, "--resume"), env=_env(), capture_output=True,

@@ -4,10 +4,8 @@ do not depend on the topology, and the launcher runs, kills, resumes and preempt
 
 import json
 import re
-import signal
 import subprocess
 import sys
-import time
 
 import jax
 import jax.numpy as jnp
@@ -16,8 +14,8 @@ import pytest
 
 pytest.importorskip("ale_py", reason="the ale extra is not installed: pip install -e '.[ale]'")
 
-from helpers import (_env, max_rel_diff, params_of, run_launcher, summaries,  # noqa: E402
-                     train_cli, train_in_process)
+from helpers import (_env, max_rel_diff, params_of, run_launcher,  # noqa: E402
+                     sigterm_after_rows, summaries, train_cli, train_in_process)
 from jaxrl_dist import config as config_lib  # noqa: E402
 from jaxrl_dist.envs import EnvError, make_env, pool as pool_lib  # noqa: E402
 
@@ -222,16 +220,7 @@ def test_sigterm_saves_the_learner_and_a_resumed_run_finishes(tmp_path):
                "--cpu-devices", "2", "--run-dir", str(run), "--no-progress"]
     proc = subprocess.Popen(command, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True)
-    try:
-        deadline = time.monotonic() + 150
-        while time.monotonic() < deadline and not (
-                (run / "metrics.jsonl").exists()
-                and (run / "metrics.jsonl").read_text().count("\n") >= 6):
-            time.sleep(0.1)
-        proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=90)
-    finally:
-        proc.kill()
+    err = sigterm_after_rows(proc, run, 6, wait=150, end=90)
     assert proc.returncode == 75, err[-3000:]
     state, meta = read_checkpoint(run / "checkpoints")
     assert 12 <= meta["updates"] < 400 and np.all(state["data"]["rows"] == 48)   # buffer full

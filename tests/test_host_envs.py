@@ -388,10 +388,9 @@ def test_sigterm_saves_on_every_process_and_resumes(tmp_path):
     preempted and exit 75, the checkpoint is where they stopped, and --resume (here on 1
     process x 2 devices) finishes the run."""
     import json
-    import signal
     import subprocess
 
-    from helpers import _env
+    from helpers import _env, sigterm_after_rows
 
     run = tmp_path / "run"
     long_run = [*HOST_ARGS, "--set", "total_timesteps=64000", "--set", "checkpoint_every=0"]
@@ -400,16 +399,7 @@ def test_sigterm_saves_on_every_process_and_resumes(tmp_path):
          "--cpu-devices-per-proc", "1", "configs/gymnasium_cartpole.yaml", *long_run,
          "--run-dir", str(run), "--no-progress"],
         env=_env(**PLUGIN), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        deadline = time.monotonic() + 120
-        while not ((run / "metrics.jsonl").exists()
-                   and (run / "metrics.jsonl").read_text().count("\n") >= 1):
-            assert time.monotonic() < deadline and launcher.poll() is None, "no training"
-            time.sleep(0.2)
-        launcher.send_signal(signal.SIGTERM)
-        _, err = launcher.communicate(timeout=60)
-    finally:
-        launcher.kill()
+    err = sigterm_after_rows(launcher, run, 1)
     assert launcher.returncode == 75, err[-3000:]
     stopped = summaries(run / "logs")
     assert stopped[0]["status"] == stopped[1]["status"] == "preempted"
