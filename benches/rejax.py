@@ -18,8 +18,12 @@ from jaxrl_dist.protocol import CPU_SCHEDULER_FLAG
 
 REJAX_VENV = VENVS / "rejax"
 REJAX_PYTHON = REJAX_VENV / "bin" / "python"
-# rejax needs gymnax 0.0.9 (it breaks with gymnax 1.x), so it never shares our venv
-REJAX_PACKAGES = ("rejax==0.1.3", "gymnax==0.0.9")
+# rejax needs gymnax 0.0.9 (it breaks with gymnax 1.x), so it never shares our venv. Pinned
+# whole (PureJaxRL's venv has the same set): unpinned, pip's resolver walked tfp-nightly's
+# builds for distrax for over 10 minutes (2026-11-27) without finishing.
+REJAX_PACKAGES = ("rejax==0.1.3", "gymnax==0.0.9", "jax==0.10.2", "jaxlib==0.10.2",
+                  "flax==0.12.8", "optax==0.2.8", "distrax==0.1.9",
+                  "tfp-nightly==0.26.0.dev20261027", "chex==0.1.92", "numpy==2.4.6")
 REJAX_SETUP = (f"cd {ROOT} && python3.11 -m venv .bench/rejax && .bench/rejax/bin/python -m pip "
                f"install {' '.join(REJAX_PACKAGES)}")
 
@@ -56,7 +60,8 @@ REJAX_SCRIPT = textwrap.dedent("""
 """)
 
 
-# rejax's DQN or PQN with its own CartPole config (benches/peers/rejax_configs.py) for
+# rejax's DQN or PQN with its own CartPole config, or its SAC with its own Pendulum config
+# (benches/peers/rejax_configs.py), for
 # sys.argv[2] env steps: the cold compile of its train() (what its users run), then the steady
 # speed of its training iterations ALONE (one fori_loop of train_iteration: no evaluation, which
 # rejax's train() interleaves), on a second seed's state with the loop already compiled.
@@ -66,10 +71,11 @@ REJAX_Q_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, sys.argv[3])
     import jax
     jax.config.update("jax_enable_compilation_cache", False)
-    from rejax import DQN, PQN
-    from rejax_configs import REJAX_CARTPOLE_DQN, REJAX_CARTPOLE_PQN
+    from rejax import DQN, PQN, SAC
+    from rejax_configs import REJAX_CARTPOLE_DQN, REJAX_CARTPOLE_PQN, REJAX_PENDULUM_SAC
     algo_name, steps = sys.argv[1], int(sys.argv[2])
-    cls, config = {"dqn": (DQN, REJAX_CARTPOLE_DQN), "pqn": (PQN, REJAX_CARTPOLE_PQN)}[algo_name]
+    cls, config = {"dqn": (DQN, REJAX_CARTPOLE_DQN), "pqn": (PQN, REJAX_CARTPOLE_PQN),
+                   "sac": (SAC, REJAX_PENDULUM_SAC)}[algo_name]
     unit = config["num_envs"] * config.get("num_steps", 1) if algo_name == "pqn" else config["num_envs"]
     iterations = steps // unit
     algo = cls.create(**{**config, "total_timesteps": iterations * unit,
@@ -108,24 +114,30 @@ def rejax_python(args, create: bool = False) -> Path:
 
 def bench_rejax(args) -> tuple[list[dict], str]:
     """PPO (configs/cartpole.yaml, --steps) or, with ``--config`` a DQN/PQN config, that
-    algorithm against rejax's own CartPole config for it, at the config's budget."""
+    algorithm against rejax's own CartPole config for it, at the config's budget; with a SAC
+    config (configs/pendulum_sac.yaml), rejax's own Pendulum SAC config, ours set to the same
+    settings (rejax_configs.OURS_AS_REJAX_PENDULUM_SAC), at our config's budget."""
     from jaxrl_dist import config as config_lib
 
     python = rejax_python(args, create=True)
     algo = config_lib.load(args.config).algo if args.config != CARTPOLE else "ppo"
     script = Path(tempfile.mkdtemp()) / "rejax_bench.py"
-    if algo in ("dqn", "pqn"):
+    matched = []   # our settings that make a config rejax's
+    if algo in ("dqn", "pqn", "sac"):
         config_path, steps = args.config, config_lib.load(args.config).total_timesteps
         script.write_text(REJAX_Q_SCRIPT)
         rejax_cmd = [str(python), str(script), algo, str(steps), str(PEERS)]
+        if algo == "sac":
+            from benches.peers.rejax_configs import OURS_AS_REJAX_PENDULUM_SAC
+            matched = list(OURS_AS_REJAX_PENDULUM_SAC)
     elif algo == "ppo":
         config_path, steps = CARTPOLE, args.steps
         script.write_text(REJAX_SCRIPT)
         rejax_cmd = [str(python), str(script), str(steps)]
     else:
-        raise SystemExit(f"bench rejax compares ppo, dqn or pqn configs, not algo {algo}")
+        raise SystemExit(f"bench rejax compares ppo, dqn, pqn or sac configs, not algo {algo}")
     # the shipped config as a user runs it: time-based checkpoints and replica checks stay ON
-    ours_sets = [f"total_timesteps={steps}", *args.set]
+    ours_sets = [f"total_timesteps={steps}", *matched, *args.set]
     names = ("ours, cold cache", "ours, warm cache", "rejax")
     results = {name: [] for name in names}
     for i in range(args.repeats):  # alternate so drift hits both equally
@@ -164,6 +176,6 @@ def bench_rejax(args) -> tuple[list[dict], str]:
               f"{min(pairs):.2f}x-{max(pairs):.2f}x); ours runs "
               f"{config_path} with its defaults ({' '.join(ours_sets)}); the warm run "
               f"reuses the cold run's compile cache"
-              + ("; rejax: its own CartPole config, steady speed of its train_iteration loop "
+              + (f"; rejax: its own {'Pendulum' if algo == 'sac' else 'CartPole'} config, steady speed of its train_iteration loop "
                  "alone (no evaluation), compile of its train()" if algo != "ppo" else ""))
     return rows, "\n".join(md)

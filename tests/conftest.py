@@ -202,16 +202,34 @@ def _extended(item) -> bool:
 
 # pytest-xdist runs whole files per worker (``--dist loadfile`` in pyproject: a file's
 # module-scoped runs, which several tests read, are computed once, not once per worker), handing
-# them out in collection order: the heaviest first (seconds per file, 2-core AMD EPYC VM,
-# 2026-11-26), so the last files to start are short and both workers end together.
+# them out in collection order (``--no-loadscope-reorder``, xdist >= 3.8: otherwise it orders files
+# by their number of tests, and the 2-minute lifecycle file started last): the heaviest first,
+# so the last files to start are short and both workers end together. Seconds per file in the
+# README's tier (setup and calls; 2-core AMD EPYC VM, 2026-11-27 22:00, the suite's -O0 flags):
 HEAVY_FIRST = (
-    "tests/test_configs.py", "tests/test_recurrent.py", "tests/test_ale.py",
-    "tests/test_lifecycle.py", "tests/test_host_envs.py", "tests/test_faults.py",
-    "tests/test_env_suites.py", "tests/test_qlearning.py", "tests/test_offpolicy.py",
-    "tests/test_checkpoint_integrity.py", "tests/test_wandb.py", "tests/test_launch.py",
-    "tests/test_population.py", "tests/test_pbt.py", "tests/test_learning.py", "tests/test_seams.py",
-    "tests/test_update.py", "tests/test_export.py", "tests/test_compile_cache.py",
-    "tests/test_train.py", "tests/test_stabilisers.py", "tests/test_recipes.py",
+    "tests/test_lifecycle.py",          # 229
+    "tests/test_launch.py",             # 93
+    "tests/test_qlearning.py",          # 82
+    "tests/test_faults.py",             # 73
+    "tests/test_checkpoint_integrity.py",   # 67
+    "tests/test_recurrent.py",          # 64
+    "tests/test_export.py",             # 63
+    "tests/test_seams.py",              # 60
+    "tests/test_train.py",              # 48
+    "tests/test_pbt.py",                # 42
+    "tests/test_offpolicy.py",          # 36
+    "tests/test_update.py",             # 34
+    "tests/test_host_envs.py",          # 31
+    "tests/test_envs.py",               # 29
+    "tests/test_replicate_learn.py",    # 27
+    "tests/test_compile_cache.py",      # 25
+    "tests/test_cli.py",                # 24
+    "tests/test_ale.py",                # 17
+    "tests/test_env_suites.py",         # 12
+    "tests/test_wandb.py",              # 12
+    "tests/test_configs.py",            # extended tier only (~80 s)
+    "tests/test_population.py", "tests/test_learning.py", "tests/test_stabilisers.py",
+    "tests/test_recipes.py",
 )
 
 

@@ -36,16 +36,21 @@ def _test_xla_flags() -> str:
     """XLA flags of every program the suite compiles, in its processes and their children.
     jaxlib 0.10's XLA:CPU generates code with its fusion emitters by default; its classic
     emitters compile the suite's ~2,000 programs ~35 % faster (measured: 11:44 -> 9:49 for the
-    suite on 2 cores), and the programs run slower, so training keeps XLA's defaults. What the
-    tests check (equalities between runs, resumes, learning) holds for either; the README's
-    train command and the newest-JAX smoke tier run the defaults. jaxlib >= 0.11 has only the
-    fusion emitters (the flag is gone)."""
+    suite on 2 cores). LLVM at -O0 (``--xla_backend_optimization_level=0``) halves the compile
+    again (a CrossQ gradient test: 26.7 -> 13.5 s) and, the suite's programs being small and
+    short-lived, even its learning runs end sooner (the CartPole learning test: 16.5 -> 14.4 s;
+    the README's tier 10:58 -> ~6 min, 2026-11-27). Training keeps XLA's defaults. What the
+    tests check (equalities between runs of one program on several topologies, resumes,
+    learning) holds for either; two different programs can round an ulp apart (see
+    test_envs' autoreset test); the README's train command and the newest-JAX smoke tier run
+    the defaults. jaxlib >= 0.11 has only the fusion emitters (the flag is gone)."""
     from importlib import metadata
     try:
         jaxlib = metadata.version("jaxlib")
     except metadata.PackageNotFoundError:
         return ""
-    return "--xla_cpu_use_fusion_emitters=false" if jaxlib.startswith("0.10.") else ""
+    return ("--xla_cpu_use_fusion_emitters=false --xla_backend_optimization_level=0"
+            if jaxlib.startswith("0.10.") else "")
 
 
 TEST_XLA_FLAGS = _test_xla_flags()

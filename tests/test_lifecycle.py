@@ -275,7 +275,10 @@ def test_sigterm_saves_at_an_agreed_update_and_resumes(mp_reference, tmp_path):
     finally:
         launcher.kill()
     assert launcher.returncode == 75, err[-3000:]
-    assert elapsed < 10
+    # within a scheduler's grace period (Kubernetes' default 30 s, SLURM's KillWait 30 s) with
+    # room to spare (10.2 s seen here with the other test worker and a pip install busy on the
+    # 2 cores)
+    assert elapsed < 20
     stopped = summaries(run / "logs")
     assert stopped[0]["status"] == stopped[1]["status"] == "preempted"
     assert stopped[0]["env_steps"] == stopped[1]["env_steps"]  # the same update everywhere

@@ -25,11 +25,6 @@ from test_qlearning import DQN, PQN
 CASES = {"ppo": TINY, "dqn": DQN, "pqn": PQN, "sac": SAC, "td3": TD3, "crossq": CROSSQ}
 
 
-def _fingerprint(state):
-    leaves = jax.tree.leaves(sharding.to_host(state.train.params))
-    return [np.asarray(x).tobytes() for x in leaves]
-
-
 @pytest.mark.timeout(300)
 @pytest.mark.parametrize("algo", ["dqn", pytest.param("sac", marks=pytest.mark.slow),
                                   pytest.param("ppo", marks=pytest.mark.slow),
@@ -39,11 +34,10 @@ def _fingerprint(state):
 def test_two_devices_learning_the_whole_batch_equal_one_device(algo):
     """2 devices with replicate_learn act on their own environments and each learns the
     gathered whole batch: the parameters and metrics of 1 device (the same arithmetic; XLA
-    fuses the two programs apart, so the last bits may differ: DQN's here are equal)."""
+    fuses the two programs apart, so the last bits may differ: DQN's are equal with XLA's
+    optimised code, not with the suite's -O0, helpers.TEST_XLA_FLAGS)."""
     config = config_lib.from_dict({**CASES[algo], "replicate_learn": True})
     (one, rows1), (two, rows2) = [train_in_process(config, n) for n in (1, 2)]
-    if algo == "dqn":
-        assert _fingerprint(two) == _fingerprint(one)
     assert max_rel_diff(sharding.to_host(two.train.params),
                         sharding.to_host(one.train.params)) <= 1e-4
     for r1, r2 in zip(rows1, rows2):

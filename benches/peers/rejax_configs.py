@@ -42,3 +42,34 @@ REJAX_CARTPOLE_PQN = {
     "td_lambda": 0.9,
     "normalize_observations": False,
 }
+
+# same repository, ``configs/gymnax/pendulum.yaml``'s ``sac:`` entry, verbatim
+REJAX_PENDULUM_SAC = {
+    "env": "Pendulum-v1",
+    "agent_kwargs": {"activation": "swish"},
+    "num_envs": 1,
+    "buffer_size": 10_000,
+    "fill_buffer": 256,
+    "batch_size": 256,
+    "learning_rate": 0.01,
+    "num_epochs": 1,
+    "total_timesteps": 10_000,
+    "eval_freq": 100,
+    "gamma": 0.99,
+    "polyak": 0.98,
+    "target_entropy_ratio": None,
+    "normalize_observations": True,
+}
+
+# The same settings in our configs/pendulum_sac.yaml's keys (``--set``), for ``bench rejax``:
+# rejax's SAC (rejax/algos/sac.py) has 64x64 networks (its default hidden sizes), twin critics,
+# alpha from 1.0 (log_alpha 0) tuned towards -|A|, one Adam rate for every network, no gradient
+# clipping (max_grad_norm defaults to inf), a Polyak target step after every iteration
+# (tau = 1 - polyak), actor and critic updated every step, and observations normalised.
+OURS_AS_REJAX_PENDULUM_SAC = (
+    "num_envs=1", "sac.buffer_size=10000", "sac.learning_starts=256", "sac.batch_size=256",
+    "sac.actor_lr=0.01", "sac.critic_lr=0.01", "sac.alpha_lr=0.01", "sac.tau=0.02",
+    "sac.utd=1", "sac.policy_delay=1", "sac.alpha=1.0", "sac.max_grad_norm=null",
+    "sac.normalize_observations=true", "sac.network.activation=swish",
+    "sac.network.actor_hidden=[64,64]", "sac.network.critic_hidden=[64,64]",
+)

@@ -1,7 +1,7 @@
 """Run rejax's DQN or PQN on N seeds (vmapped, one program) and print one JSON line, like
 ``rejax_runner.py`` does for rejax's PPO. Runs in the rejax venv (rejax needs gymnax 0.0.9):
 
-    python3.11 -m venv .bench/rejax && .bench/rejax/bin/pip install rejax==0.1.3 gymnax==0.0.9
+    python3.11 -m venv .bench/rejax && .bench/rejax/bin/pip install <benches/rejax.py's REJAX_PACKAGES>
 
     .bench/rejax/bin/python benches/peers/rejax_q_runner.py --algo dqn --env CartPole-v1 --seeds 0,1,2
 

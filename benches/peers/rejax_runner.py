@@ -1,7 +1,7 @@
 """Run rejax's PPO on N seeds (vmapped, one program) and print one JSON line for
 ``python -m benches learning``. Runs in its own venv (rejax needs gymnax 0.0.9):
 
-    python3.11 -m venv .bench/rejax && .bench/rejax/bin/pip install rejax==0.1.3 gymnax==0.0.9
+    python3.11 -m venv .bench/rejax && .bench/rejax/bin/pip install <benches/rejax.py's REJAX_PACKAGES>
 
 What rejax does differently with the "same" hyperparameters (read from rejax 0.1.3's
 algos/ppo.py): no learning-rate annealing (constant LR), gradient clipped per ELEMENT
