@@ -38,8 +38,9 @@ def _test_xla_flags() -> str:
     emitters compile the suite's ~2,000 programs ~35 % faster (measured: 11:44 -> 9:49 for the
     suite on 2 cores). LLVM at -O0 (``--xla_backend_optimization_level=0``) halves the compile
     again (a CrossQ gradient test: 26.7 -> 13.5 s) and, the suite's programs being small and
-    short-lived, even its learning runs end sooner (the CartPole learning test: 16.5 -> 14.4 s;
-    the README's tier 10:58 -> ~6 min, 2026-11-27). Training keeps XLA's defaults. What the
+    short-lived, most of its runs end as soon or sooner (the CartPole learning test: 16.5 ->
+    14.4 s; the launcher's longer runs a little later): the README's tier on a fresh clone
+    10:47 -> 9:22, 2026-11-27 evening. Training keeps XLA's defaults. What the
     tests check (equalities between runs of one program on several topologies, resumes,
     learning) holds for either; two different programs can round an ulp apart (see
     test_envs' autoreset test); the README's train command and the newest-JAX smoke tier run
