@@ -153,9 +153,10 @@ def unrolled_threefry():
     makes it topology-invariant) were ~20 % of its kernels.
 
     On CPU JAX lowers each hash as a 5-trip while loop: several small kernels per call site.
-    Unrolled, each hash is one larger fused kernel: the update program compiles ~25 % faster
+    Unrolled, each hash is one larger fused kernel: PPO's update program compiles ~25 % faster
     (260 -> 209 kernels), while init and evaluation, at level 1, compile slower, so they keep
-    the loop (docs/benchmarks_history.md). The same uint32 arithmetic, so the same bits (tested).
+    the loop (docs/benchmarks_history.md); so do the off-policy continuous learners' updates,
+    whose many sampling sites XLA copies unrolled into each consumer (``Agent.unroll_threefry``). The same uint32 arithmetic, so the same bits (tested).
     Uses JAX internals (jax 0.10); if they moved, nothing changes but compile time.
     """
     try:

@@ -381,8 +381,10 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
     # the whole-batch programs' outputs spelled out, as init's are (zero-size MJX leaves);
     # the split ones keep jit's inferred outputs, as they always had
     placed = {} if whole is None else dict(out_shardings=state_shardings)
-    update = _Unrolled(jax.jit(update, static_argnums=1, donate_argnums=0, **(
-        {} if whole is None else dict(out_shardings=(state_out, layout.sharding(layout.train))))))
+    update = jax.jit(update, static_argnums=1, donate_argnums=0, **(
+        {} if whole is None else dict(out_shardings=(state_out, layout.sharding(layout.train)))))
+    if agent.unroll_threefry:
+        update = _Unrolled(update)
     learn = jax.jit(learn_smap, **placed)
 
     learn_next = jax.jit(learn_next_smap, donate_argnums=(0, 1), **placed)

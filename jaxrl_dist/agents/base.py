@@ -67,6 +67,10 @@ class Agent(NamedTuple):
     new_actors: Callable[[Any], Any] | None = None
     #   data -> data, when a resumed run rebuilt the actors instead of restoring them (a pool's
     #   new games): a learner whose data holds unfinished trajectories ends them there
+    unroll_threefry: bool = True
+    #   the update program's random numbers hashed unrolled (compile_cache.unrolled_threefry):
+    #   the same bits either way; a compile-time choice measured per learner (PPO/DQN/PQN compile
+    #   faster unrolled, the off-policy continuous learners' many sampling sites slower)
 
 
 class Deployment(NamedTuple):
