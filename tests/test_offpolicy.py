@@ -99,6 +99,45 @@ def _nets(algo):
     return nets, params
 
 
+class _ScaledRewards:
+    """Pendulum's gymnax adapter with its rewards multiplied in the environment."""
+
+    def __init__(self, adapter, scale):
+        self.adapter, self.scale = adapter, scale
+
+    def reset(self, key):
+        return self.adapter.reset(key)
+
+    def step(self, key, state, action):
+        out = self.adapter.step(key, state, action)
+        return out._replace(reward=out.reward * self.scale)
+
+
+@pytest.mark.timeout(120)
+def test_reward_scale_is_rewards_scaled_in_the_environment():
+    """sac.reward_scale (Brax's reward_scaling) multiplies the sampled rewards: the same
+    parameters as rewards scaled by the environment itself, other parameters than unscaled."""
+    import dataclasses
+
+    def run(config, spec):
+        mesh = sharding.make_mesh(jax.devices()[:1])
+        learner = make_learner(config, sizes_lib.derive_sizes(config, 1), spec, mesh)
+        state = learner.init(jax.random.PRNGKey(config.seed))
+        state, _ = learner.update(state, 40)
+        return sharding.to_host(state.train.params)
+
+    spec = make_env("Pendulum-v1")
+    base = dict(SAC, total_timesteps=4 * 40, updates_per_call=40)
+    scaled = run(config_lib.from_dict({**base, "sac": dict(SAC["sac"], reward_scale=3.0)}), spec)
+    env_scaled = run(config_lib.from_dict(base), dataclasses.replace(
+        spec, adapter=_ScaledRewards(spec.adapter, 3.0)))
+    plain = run(config_lib.from_dict(base), spec)
+    assert max_rel_diff(scaled, env_scaled) <= 1e-5
+    assert max_rel_diff(scaled, plain) > 1e-3
+    with pytest.raises(ConfigError, match="reward_scale must be > 0"):
+        config_lib.from_dict({**base, "sac": dict(SAC["sac"], reward_scale=0.0)})
+
+
 @pytest.mark.timeout(120)
 def test_entropy_tuning_moves_alpha_toward_the_target():
     """The alpha part of SAC's actor loss: below the target entropy log(alpha) grows, above it

@@ -48,6 +48,9 @@ class OffPolicyConfig:
     learning_starts: int = _doc("global env steps of uniformly random actions (in the action "
                                 "bounds) before the first gradient step", default=5_000)
     gamma: float = _doc("discount factor", default=0.99)
+    reward_scale: float = _doc("rewards multiplied by this in the critics' targets (Brax's "
+                               "reward_scaling; with autotune it sets the entropy's weight "
+                               "against the reward); 1 = off", default=1.0)
     policy_delay: int = _doc("gradient steps per actor step: the critics take every one, the "
                              "actor (and, for td3, the targets) every policy_delay-th",
                              default=1)
@@ -162,6 +165,7 @@ def _check_common(c: OffPolicyConfig, prefix: str) -> None:
         require(getattr(c, name) >= 1, f"{prefix}.{name} must be >= 1, got {getattr(c, name)}")
     replay_config.check(c, prefix)
     require(0.0 <= c.gamma <= 1.0, f"{prefix}.gamma must be in [0, 1], got {c.gamma}")
+    require(c.reward_scale > 0, f"{prefix}.reward_scale must be > 0, got {c.reward_scale}")
     if isinstance(c, TargetConfig):
         require(0.0 < c.tau <= 1.0, f"{prefix}.tau must be in (0, 1], got {c.tau}")
     for name in ("actor_lr", "critic_lr", "adam_eps"):

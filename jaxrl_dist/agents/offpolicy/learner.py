@@ -389,6 +389,8 @@ def make_agent(algo: str, c: OffPolicyConfig, sizes: Sizes, spec: EnvSpec,
         k = StepKeys(*jax.random.split(key, 3))
         batch = replay_lib.sample(data, k.sample, shard_ids, shards.per_shard_batch, 1,
                                   hp["gamma"])
+        if c.reward_scale != 1.0:   # (1.0 leaves the program as it was: no multiply)
+            batch = batch._replace(reward=batch.reward * c.reward_scale)
         x = normalize_obs(c, train.obs_moments, batch.obs)
         x_next = normalize_obs(c, train.obs_moments, batch.next_obs)
 
