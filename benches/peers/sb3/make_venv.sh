@@ -12,12 +12,7 @@ if [ -z "$PY" ]; then
 fi
 "$PY" -c 'import sys; assert sys.version_info[:2] == (3, 11), sys.version' || { echo "$PY is not Python 3.11" >&2; exit 1; }
 
-# torch==2.13.0+cpu lives on the PyTorch CPU index; add that index only when it answers
-# (where it does not, pip must find the +cpu wheel elsewhere, e.g. a local find-links folder).
-EXTRA=()
-if "$PY" -c 'import urllib.request as u; u.urlopen("https://download.pytorch.org/whl/cpu/", timeout=5)' 2>/dev/null; then
-  EXTRA=(--extra-index-url https://download.pytorch.org/whl/cpu)
-fi
+source "$D/../torch_cpu_index.sh"   # EXTRA: PyTorch's CPU index when it answers
 
 rm -rf "$VENV"
 mkdir -p "$(dirname "$VENV")"

@@ -5,10 +5,7 @@
 set -euo pipefail
 VENV=$(realpath -m "${1:-$HOME/.cache/jaxrl_dist/peers/sbx-venv}")
 PY=${PYTHON:-$(command -v python3.11)}
-EXTRA=()
-if "$PY" -c 'import urllib.request as u; u.urlopen("https://download.pytorch.org/whl/cpu/", timeout=5)' 2>/dev/null; then
-  EXTRA=(--extra-index-url https://download.pytorch.org/whl/cpu)
-fi
+source "$(dirname "$0")/../torch_cpu_index.sh"   # EXTRA: PyTorch's CPU index when it answers
 rm -rf "$VENV"
 mkdir -p "$(dirname "$VENV")"
 nice -n 19 "$PY" -m venv "$VENV"
