@@ -55,6 +55,9 @@ SMOKE = {
     "tests/test_recurrent.py::test_first_minibatch_replays_the_rollout[2]",
     "tests/test_export.py::test_the_command_line_writes_the_files_with_metadata_and_symbolic_batch",
     "tests/test_export.py::test_gru_discrete_steps_its_carry",
+    # SAC's whole update program (jaxlib 0.11.2 hung compiling it while its random numbers were
+    # unrolled: Agent.unroll_threefry)
+    "tests/test_offpolicy.py::test_reward_scale_is_rewards_scaled_in_the_environment",
 }
 
 

@@ -113,7 +113,7 @@ class _ScaledRewards:
         return out._replace(reward=out.reward * self.scale)
 
 
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_reward_scale_is_rewards_scaled_in_the_environment():
     """sac.reward_scale (Brax's reward_scaling) multiplies the sampled rewards: the same
     parameters as rewards scaled by the environment itself, other parameters than unscaled."""
