@@ -156,7 +156,9 @@ def unrolled_threefry():
     Unrolled, each hash is one larger fused kernel: PPO's update program compiles ~25 % faster
     (260 -> 209 kernels), while init and evaluation, at level 1, compile slower, so they keep
     the loop (docs/benchmarks_history.md); so do the off-policy continuous learners' updates,
-    whose many sampling sites XLA copies unrolled into each consumer (``Agent.unroll_threefry``). The same uint32 arithmetic, so the same bits (tested).
+    whose many sampling sites XLA copies unrolled into each consumer (``Agent.unroll_threefry``;
+    jaxlib 0.11.2 did not finish compiling SAC's that way). The same uint32 arithmetic, so the
+    same bits (tested).
     Uses JAX internals (jax 0.10); if they moved, nothing changes but compile time.
     """
     try:

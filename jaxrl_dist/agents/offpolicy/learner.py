@@ -489,5 +489,6 @@ def make_agent(algo: str, c: OffPolicyConfig, sizes: Sizes, spec: EnvSpec,
         keep_final_obs=store_final, checkpointed=RunState(True, True, c.checkpoint_buffer),
         new_actors=lambda data: replay_lib.cut(data, 1),
         # unrolled, their update compiles ~30 % slower (SAC on Pendulum 8.4 -> 11.7 s, CrossQ
-        # 11.8 -> 18.6 s; DQN the other way, 7.5 -> 6.6 s: 2026-11-27, AMD EPYC)
+        # 11.8 -> 18.6 s; DQN the other way, 7.5 -> 6.6 s: 2026-11-27, AMD EPYC), and jaxlib
+        # 0.11.2 did not finish compiling SAC's tiny test config in 4 minutes (31 s looped)
         unroll_threefry=False)
