@@ -190,9 +190,10 @@ def params_of(run_dir):
     return state["train"]["params"], meta
 
 
-def train_in_process(config, num_devices):
+def train_in_process(config, num_devices, spec=None):
     """``config``'s learner on this process's first ``num_devices`` devices, every update:
-    (final state, each call's metrics read back to the host)."""
+    (final state, each call's metrics read back to the host). ``spec``: an environment other
+    than the config's (a wrapped one)."""
     import jax
 
     from jaxrl_dist import sharding
@@ -202,7 +203,7 @@ def train_in_process(config, num_devices):
 
     mesh = sharding.make_mesh(jax.devices()[:num_devices])
     sizes = sizes_lib.derive_sizes(config, num_devices)
-    learner = make_learner(config, sizes, from_config(config), mesh)
+    learner = make_learner(config, sizes, spec or from_config(config), mesh)
     state = learner.init(jax.random.PRNGKey(config.seed))
     rows = []
     for _ in range(sizes.num_updates // config.updates_per_call):

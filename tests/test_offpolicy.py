@@ -120,14 +120,11 @@ def test_reward_scale_is_rewards_scaled_in_the_environment():
     import dataclasses
 
     def run(config, spec):
-        mesh = sharding.make_mesh(jax.devices()[:1])
-        learner = make_learner(config, sizes_lib.derive_sizes(config, 1), spec, mesh)
-        state = learner.init(jax.random.PRNGKey(config.seed))
-        state, _ = learner.update(state, 40)
+        state, _ = train_in_process(config, 1, spec)
         return sharding.to_host(state.train.params)
 
     spec = make_env("Pendulum-v1")
-    base = dict(SAC, total_timesteps=4 * 40, updates_per_call=40)
+    base = dict(SAC, total_timesteps=4 * 2 * 40, updates_per_call=40)   # 40 updates, one call
     scaled = run(config_lib.from_dict({**base, "sac": dict(SAC["sac"], reward_scale=3.0)}), spec)
     env_scaled = run(config_lib.from_dict(base), dataclasses.replace(
         spec, adapter=_ScaledRewards(spec.adapter, 3.0)))
