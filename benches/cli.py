@@ -91,7 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=["jaxrl_dist", "rejax", "purejaxrl"])
     parser.add_argument("--num-seeds", type=int, default=16, help="learning: seeds per trainer")
     parser.add_argument("--first-seed", type=int, default=0)
-    parser.add_argument("--timeout", type=float, default=3600, help="learning: per trainer")
+    parser.add_argument("--timeout", type=float, default=3600,
+                        help="learning: per trainer; host: per seed and sitting")
     parser.add_argument("--raw-from", type=Path, help="learning: tabulate the raw results in "
                         "this directory (runs on disjoint seeds joined) instead of running")
     parser.add_argument("--topology", default="1x2",
@@ -113,6 +114,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="host-throughput: which topologies (default: all five)")
     parser.add_argument("--devices", type=int, default=1,
                         help="host: simulated CPU devices per run")
+    parser.add_argument("--work", type=Path, help="host: the seeds' run directories "
+                        "(default runs/bench_host/<--out's name>); the same command resumes them")
+    parser.add_argument("--parallel", type=int, default=1, help="host: seeds trained at once")
+    parser.add_argument("--pin", action="store_true", help="host: each parallel run on its "
+                        "own core with one XLA:CPU compute thread")
     parser.add_argument("--no-sequential", action="store_true",
                         help="population: skip the N sequential single runs")
     return parser
@@ -134,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = (f"raw results of earlier runs in {args.raw_from}" if args.raw_from
             else f"{args.num_seeds} seeds per trainer" if args.what in ("learning", "population")
             else f"one run per seed ({len(args.seeds)} seeds) per trainer and device count"
-            if args.what == "brax" else f"{args.repeats} repeat(s)")
+            if args.what == "brax" else f"one run per seed ({len(args.seeds)} seeds)"
+            if args.what == "host" else f"{args.repeats} repeat(s)")
     header = (f"{args.what}: {m['cpu']}, {m['cores']} cores, Python {m['python']}, jax "
               f"{m['jax']}; {runs}; `python -m benches "
               f"{' '.join(record['argv'])}` ({started})\n\n")

@@ -1,75 +1,199 @@
 """``python -m benches host``: what a host-environment config (``gymnasium:<id>``) reaches, one
 run per seed (a population cannot run host environments), each its own ``jaxrl_dist.train``
 process: the FINAL deterministic evaluation of every seed, their mean and IQM with 95 %
-bootstrap CIs, the fraction at or above the config's solved return, wall time from command
-start and steady env steps/s per run.
+bootstrap CIs, the fraction at or above the config's solved return, the periodic evaluations
+(``eval_every``) on the way, and steady env steps/s per run.
 
-``--resume-from DIR``: seeds whose result is already in DIR/host_seeds.jsonl are not run again
-(a long measurement continues in a later sitting)."""
+A long measurement (300k off-policy steps are hours on 2 cores) spans sittings: every seed
+trains in its own run directory under ``--work`` (default ``runs/bench_host/<out's name>``),
+checkpointing as its config says; running the same command again takes the finished seeds'
+results from their run directories and resumes the others from their checkpoints
+(``--resume``: the replay included, exact). SIGTERM or Ctrl-C stops every run at its next call
+boundary with a checkpoint. ``--parallel N`` trains N seeds at once; ``--pin`` puts each on its
+own core with one XLA:CPU compute thread (two 256x256 SAC runs on 2 cores: about the
+throughput of one run on both, each seed's wall twice as long; helps when a run's update is
+too small to use two cores)."""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import numpy as np
 
-from benches.common import run_command, train_cmd
+from benches.common import XLA_ENV, _clean_env, run_command, train_cmd
 from jaxrl_dist.population import bootstrap_ci, iqm
+
+DONE = ("completed", "solved")     # a run's summary status that ends it
+ONE_THREAD = "--xla_cpu_multi_thread_eigen=false"
+
+
+def _seed_dir(work: Path, config: str, seed: int) -> Path:
+    return work / f"{Path(config).stem}_s{seed}"
+
+
+def _claim(run_dir: Path, config: str, sets: list[str], seed: int) -> None:
+    """A run directory serves one (config, overrides, seed): reusing it for another is an
+    error, never a silent mix of two measurements."""
+    marker = run_dir.parent / f"{run_dir.name}.bench.json"
+    want = {"config": config, "sets": list(sets), "seed": seed}
+    if marker.exists():
+        have = json.loads(marker.read_text())
+        if have != want:
+            raise SystemExit(f"bench host: {run_dir} holds a run of {have}, not {want}; pass "
+                             f"another --work")
+    else:
+        run_dir.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text(json.dumps(want) + "\n")
+
+
+def _result(run_dir: Path) -> dict | None:
+    """The seed's result if its run has ended (finished, solved or diverged), else None."""
+    try:
+        s = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if s.get("status") not in (*DONE, "diverged"):
+        return None
+    curve = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        if "eval/return_mean" in row:
+            curve.append([row["env_steps"], row["eval/return_mean"]])
+    return {"status": s["status"], "final_eval": s.get("eval_return"),
+            "solved_return": s.get("solved_return"), "sps": s.get("sps"),
+            "env_steps": s.get("env_steps"), "eval_curve": curve,
+            "param_fingerprint": s.get("param_fingerprint"),
+            "failed": s["status"] not in DONE or s.get("eval_return") is None}
+
+
+def _start(args, run_dir: Path, seed: int, core: int | None) -> subprocess.Popen:
+    resume = ["--resume"] if (run_dir / "checkpoints").is_dir() else []
+    if not resume and run_dir.exists():        # ended before its first checkpoint: start over
+        for name in ("metrics.jsonl", "summary.json"):
+            (run_dir / name).unlink(missing_ok=True)
+    cmd = [*train_cmd(run_dir, args.devices, args.config, [*args.set, f"seed={seed}"]),
+           *resume]
+    env = dict(XLA_ENV)
+    if core is not None:
+        cmd = ["taskset", "-c", str(core), *cmd]
+        env["XLA_FLAGS"] = f"{env['XLA_FLAGS']} {ONE_THREAD}"
+    with open(run_dir.parent / f"{run_dir.name}.log", "a") as log:
+        log.write(f"# {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
+        log.flush()
+        return subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT,
+                                env=_clean_env(**env), start_new_session=True)
 
 
 def bench_host(args) -> tuple[list[dict], str]:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    raw = out / "host_seeds.jsonl"
-    done = {}
-    if raw.exists():
-        for line in raw.read_text().splitlines():
-            row = json.loads(line)
-            done[(row["config"], tuple(row["sets"]), row["seed"])] = row
-    rows = []
+    work = Path(args.work) if args.work else Path("runs") / "bench_host" / out.name
+    parallel = max(1, args.parallel)
+    cores = list(os.sched_getaffinity(0)) if args.pin else []
+    if args.pin and parallel > len(cores):
+        raise SystemExit(f"bench host: --parallel {parallel} --pin needs {parallel} cores; "
+                         f"this process may use {len(cores)}")
+    todo = []
     for seed in args.seeds:
-        key = (args.config, tuple(args.set), seed)
-        if key in done:
-            rows.append(done[key])
+        run_dir = _seed_dir(work, args.config, seed)
+        _claim(run_dir, args.config, args.set, seed)
+        if _result(run_dir) is None:
+            todo.append(seed)
+    running: dict[int, tuple[subprocess.Popen, int | None, float]] = {}
+    stopping = []
+
+    def stop(signum, _frame):
+        stopping.append(signum)
+        for proc, _, _ in running.values():
+            proc.send_signal(signal.SIGTERM)   # each saves a checkpoint, then exits 75
+
+    old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    termed: dict[int, float] = {}
+    exits: dict[int, int] = {}
+    try:
+        while todo or running:
+            busy = {core for _, core, _ in running.values()}
+            free = [c for c in cores[:parallel] if c not in busy]
+            while todo and not stopping and len(running) < parallel:
+                seed = todo.pop(0)
+                core = free.pop(0) if args.pin else None
+                running[seed] = (_start(args, _seed_dir(work, args.config, seed), seed, core),
+                                 core, time.perf_counter())
+            for seed, (proc, _, t0) in list(running.items()):
+                now = time.perf_counter()
+                if proc.poll() is None:
+                    if now - t0 > args.timeout and seed not in termed:
+                        proc.send_signal(signal.SIGTERM)   # out of time: save and stop
+                        termed[seed] = now
+                    elif seed in termed and now - termed[seed] > 300:
+                        proc.kill()
+                    continue
+                del running[seed]
+                exits[seed] = proc.returncode
+                print(json.dumps({"seed": seed, "rc": proc.returncode,
+                                  "wall_s": round(now - t0)}), flush=True)
+            if stopping and not running:
+                break
+            time.sleep(1)
+    finally:
+        for s, handler in old.items():
+            signal.signal(s, handler)
+    rows, pending = [], []
+    for seed in args.seeds:
+        result = _result(_seed_dir(work, args.config, seed))
+        if result is None and exits.get(seed) not in (None, 0, 75):   # 75: saved and stopped
+            result = {"status": f"exit {exits[seed]} (see its .log)", "final_eval": None,
+                      "sps": None, "eval_curve": [], "failed": True}
+        if result is None:
+            pending.append(seed)
             continue
-        with tempfile.TemporaryDirectory() as tmp:
-            result = run_command(train_cmd(Path(tmp) / "run", args.devices, args.config,
-                                           [*args.set, f"seed={seed}"]),
-                                 timeout=args.timeout)
-        s = result.get("summary") or {}
-        row = {"config": args.config, "sets": list(args.set), "seed": seed,
-               "rc": result["rc"], "final_eval": s.get("eval_return"),
-               "solved_return": s.get("solved_return"), "wall_s": result["wall_s"],
-               "sps": s.get("sps"), "env_steps": s.get("env_steps"),
-               "failed": result["rc"] != 0}
-        if row["failed"]:
-            row["stderr"] = result.get("stderr", "")[-2000:]
-        rows.append(row)
-        with raw.open("a") as f:
+        rows.append({"config": args.config, "sets": list(args.set), "seed": seed,
+                     "run_dir": str(_seed_dir(work, args.config, seed)), **result})
+    with (out / "host_seeds.jsonl").open("w") as f:
+        for row in rows:
             f.write(json.dumps(row) + "\n")
-        print(json.dumps({k: row[k] for k in ("seed", "final_eval", "wall_s", "sps")}),
-              flush=True)
+    if stopping:
+        raise SystemExit(f"bench host: stopped; seeds {pending} saved checkpoints in {work}: "
+                         f"run the same command again to resume them")
+    return rows, _table(args, rows, pending)
+
+
+def _table(args, rows: list[dict], pending: list[int]) -> str:
     finals = np.array([r["final_eval"] for r in rows if r["final_eval"] is not None], float)
+    if not len(finals):
+        return f"no seed finished (pending: {pending})"
     from jaxrl_dist import config as config_lib
     threshold = config_lib.load(args.config, list(args.set)).solved_return
-    lo, hi = bootstrap_ci(finals) if len(finals) else (float("nan"), float("nan"))
-    ilo, ihi = bootstrap_ci(finals, stat=iqm) if len(finals) else (float("nan"),) * 2
+    lo, hi = bootstrap_ci(finals)
+    ilo, ihi = bootstrap_ci(finals, stat=iqm)
     solved = (f"{int(np.sum(finals >= threshold))}/{len(finals)}" if threshold is not None
               else "n/a")
-    walls = [r["wall_s"] for r in rows]
     md = ["| config | overrides | seeds | final eval mean [95 % CI] | IQM [95 % CI] | min | "
-          f"≥ threshold ({threshold}) | wall s per run (min / median / max) | SPS median |",
-          "|---|---|---|---|---|---|---|---|---|",
+          f"≥ threshold ({threshold}) | SPS median |",
+          "|---|---|---|---|---|---|---|---|",
           f"| {args.config} | {' '.join(args.set) or '-'} | {len(finals)} | "
           f"{finals.mean():.1f} [{lo:.1f}, {hi:.1f}] | {iqm(finals):.1f} [{ilo:.1f}, {ihi:.1f}] "
-          f"| {finals.min():.1f} | {solved} | {min(walls):.0f} / {np.median(walls):.0f} / "
-          f"{max(walls):.0f} | {np.median([r['sps'] or 0 for r in rows]):.0f} |",
+          f"| {finals.min():.1f} | {solved} | {np.median([r['sps'] or 0 for r in rows]):.0f} |",
           "", "Per seed (final eval): " + ", ".join(
               f"{r['seed']}: {r['final_eval']:.1f}" if r["final_eval"] is not None
-              else f"{r['seed']}: failed" for r in rows)]
-    return rows, "\n".join(md)
+              else f"{r['seed']}: {r['status']}" for r in rows)]
+    steps = sorted({s for r in rows for s, _ in r["eval_curve"]})
+    if steps:
+        md += ["", "Periodic evaluations (mean over the seeds that reached each point):", "",
+               "| env steps | " + " | ".join(f"{s:,}" for s in steps) + " |",
+               "|---|" + "---|" * len(steps),
+               "| mean | " + " | ".join(
+                   f"{np.mean([v for r in rows for s2, v in r['eval_curve'] if s2 == s]):.0f}"
+                   for s in steps) + " |"]
+    if pending:
+        md += ["", f"Not finished (resume with the same command): seeds {pending}"]
+    return "\n".join(md)
 
 
 # ------------------------------------------------------------------------------ throughput

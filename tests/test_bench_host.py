@@ -1,0 +1,51 @@
+"""bench host's bookkeeping across sittings (no training: run directories are written here)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from benches.host import _claim, _result, _seed_dir, _table
+
+
+def _run(tmp_path, status, evals=((25, 10.0), (50, 20.0)), final=21.5):
+    run_dir = _seed_dir(tmp_path, "configs/mujoco_halfcheetah_sac.yaml", 3)
+    run_dir.mkdir(parents=True)
+    rows = [{"env_steps": s, "sps": 1.0} for s in (10, 20)]
+    rows += [{"env_steps": s, "eval/return_mean": r} for s, r in evals]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run_dir / "summary.json").write_text(json.dumps({
+        "status": status, "eval_return": final if status != "preempted" else None,
+        "sps": 40.0, "env_steps": 50, "solved_return": 4800.0, "param_fingerprint": "ab"}))
+    return run_dir
+
+
+def test_a_finished_run_gives_its_final_evaluation_and_curve(tmp_path):
+    result = _result(_run(tmp_path, "completed"))
+    assert result["final_eval"] == 21.5 and not result["failed"]
+    assert result["eval_curve"] == [[25, 10.0], [50, 20.0]]
+
+
+def test_a_preempted_run_is_not_a_result_and_a_diverged_one_failed(tmp_path):
+    assert _result(_run(tmp_path / "a", "preempted")) is None      # resumed next sitting
+    assert _result(_run(tmp_path / "b", "diverged"))["failed"]
+    assert _result(tmp_path / "nothing") is None
+
+
+def test_a_run_directory_serves_one_measurement(tmp_path):
+    run_dir = _seed_dir(tmp_path, "configs/x.yaml", 0)
+    _claim(run_dir, "configs/x.yaml", ["total_timesteps=300000"], 0)
+    _claim(run_dir, "configs/x.yaml", ["total_timesteps=300000"], 0)   # the same: resumed
+    with pytest.raises(SystemExit, match="holds a run of .*pass another --work"):
+        _claim(run_dir, "configs/x.yaml", ["total_timesteps=1000"], 0)
+
+
+def test_the_table_reports_seeds_ci_curve_and_what_is_pending(tmp_path):
+    args = SimpleNamespace(config="configs/mujoco_halfcheetah_sac.yaml", set=[])
+    rows = [{"seed": s, "final_eval": f, "sps": 40.0, "status": "completed",
+             "eval_curve": [[25, f / 2], [50, f]]} for s, f in ((0, 6000.0), (1, 5000.0))]
+    md = _table(args, rows, pending=[2])
+    assert "| 2 | 5500.0 [" in md and "0: 6000.0, 1: 5000.0" in md
+    assert "| mean | 2750 | 5500 |" in md and "seeds [2]" in md
