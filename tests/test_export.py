@@ -158,7 +158,7 @@ def test_an_existing_default_file_is_kept_and_step_picks_the_checkpoint(cartpole
 
 
 def test_the_example_plays_the_episodes_the_policy_plays(cartpole_run):
-    """examples/onnx_cartpole.py (no jax) on Gymnasium's CartPole returns what policy.load
+    """examples/onnx_play.py (no jax) on Gymnasium's CartPole returns what policy.load
     returns on the same seeds."""
     import gymnasium
 
@@ -167,7 +167,7 @@ def test_the_example_plays_the_episodes_the_policy_plays(cartpole_run):
     code = ("import runpy, sys; sys.argv = sys.argv[1:]; "
             "runpy.run_path(sys.argv[0], run_name='__main__'); "
             "assert 'jax' not in sys.modules and 'jaxrl_dist' not in sys.modules")
-    out = subprocess.run([sys.executable, "-c", code, str(ROOT / "examples/onnx_cartpole.py"),
+    out = subprocess.run([sys.executable, "-c", code, str(ROOT / "examples/onnx_play.py"),
                           str(run_dir / "policy.onnx"), "--episodes", "3", "--seed", "0"],
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -213,7 +213,7 @@ def test_the_example_steps_a_recurrent_policy_on_hidden_velocities(tmp_path):
     assert json.loads(props["observation_space"])["shape"] == [2]
 
     seeds = [0, 1, 2]
-    printed = runpy.run_path(str(ROOT / "examples/onnx_cartpole.py"))["play"](
+    printed = runpy.run_path(str(ROOT / "examples/onnx_play.py"))["play"](
         str(run_dir / "policy.onnx"), seeds)
     loaded, env, expected = policy_lib.load(run_dir), gymnasium.make("CartPole-v1"), []
     for seed in seeds:
@@ -225,6 +225,29 @@ def test_the_example_steps_a_recurrent_policy_on_hidden_velocities(tmp_path):
             total, done = total + reward, terminated or truncated
         expected.append(total)
     assert printed == expected
+
+
+def test_the_example_plays_a_sac_actor_on_mujoco_as_the_policy_acts(tmp_path):
+    """A SAC actor for gymnasium:HalfCheetah-v5 (continuous actions, bounds in the graph)
+    exported and played by examples/onnx_play.py (the task from the file's metadata): on every
+    observation of its two 1000-step episodes the Policy acts as the graph did, to float
+    rounding (1 ulp apart, the chaotic physics then carries the episodes apart: returns
+    of a random actor are not compared)."""
+    import runpy
+
+    pytest.importorskip("mujoco")
+
+    env = make_env("gymnasium:HalfCheetah-v5").describe()
+    section = {"network": {"actor_hidden": [32, 32], "critic_hidden": [8]}}
+    policy, result = _export(tmp_path, "sac", section, env)
+    steps = []
+    returns = runpy.run_path(str(ROOT / "examples/onnx_play.py"))["play"](
+        str(result.onnx_path), [0, 1], record=steps)
+    assert len(steps) == 2000 and np.all(np.isfinite(returns))
+    observations = np.stack([o for o, _ in steps]).astype(np.float32)
+    played = np.stack([a for _, a in steps])
+    np.testing.assert_allclose(played, _policy_actions(policy, observations), atol=1e-5, rtol=0)
+    assert played.shape == (2000, 6) and np.ptp(played) > 0.1 and np.all(np.abs(played) <= 1)
 
 
 def test_a_mismatch_fails_in_one_line_and_writes_nothing(cartpole_run, tmp_path, monkeypatch,
