@@ -25,7 +25,8 @@ Measures what docs/benchmarks.md reports, by running the real command lines as s
   atari       acting + stepping an ale: config (no learning) against ale-py's own vector env
               with random actions, same envs and threads, alternated (benches/atari.py)
   host        a host-environment config (gymnasium:<id>) on --seeds, one run each: final
-              evaluations, mean/IQM with CIs, fraction solved, wall (benches/host.py)
+              evaluations, mean/IQM with CIs, fraction solved; resumable across sittings
+              (--work), seeds side by side (--parallel N --pin) (benches/host.py)
   host-throughput  training env steps/s over the same vector env's random-action env steps/s,
               1 and 2 processes, each on its own core (benches/host.py)
   replay      a DQN checkpoint's size and save time with and without its replay buffer
