@@ -50,6 +50,8 @@ def build(run: Run, stats: list[tuple[float, str]], pbt_state: Any = None,
         "compile_programs_s": run.compile_programs,
         "sps": steps_this_session * count / max(run.loop_time, 1e-9),
         **member_row(0),
+        # when the evaluation above ran: the end, or earlier where the run stopped between them
+        "eval_env_steps": last["env_steps"] if last else None,
         "eval_episodes": c.eval_episodes, "solved_return": c.solved_return,
         "solved_at_env_steps": run.solved_at * sizes.batch_size if run.solved_at else None,
         "periodic": run.hooks, "compile_cache": run.cache,

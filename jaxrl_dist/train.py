@@ -129,19 +129,24 @@ def final_line(summary: dict) -> str:
     """What a person reads last: the final policy's evaluation and whether that solves it."""
     if summary["eval_return"] is None:
         return f"{summary['env']}: {summary['status']} (no final evaluation)"
+    # a run stopped between evaluations (preempted, diverged) reports its last one as such
+    steps, evaluated = summary["env_steps"], summary.get("eval_env_steps", summary["env_steps"])
+    which = "final evaluation" if evaluated == steps else "last evaluation"
+    at = f"{evaluated:,} env steps" + (
+        "" if evaluated == steps else f" ({summary['status']} at {steps:,})")
     if "population" in summary:
         agg, solved = summary["population"]["eval_return"], summary["solved_return"]
-        line = (f"{summary['env']}: {agg['n']} members, final evaluation return mean "
+        line = (f"{summary['env']}: {agg['n']} members, {which} return mean "
                 f"{_num(agg['mean'])} [95% CI {_num(agg['mean_ci'][0])}, {_num(agg['mean_ci'][1])}]"
                 f", IQM {_num(agg['iqm'])}, min {_num(agg['min'])} over {summary['eval_episodes']} "
-                f"episodes each after {summary['env_steps']:,} env steps")
+                f"episodes each after {at}")
         if solved is not None:
             verdict = "ALL SOLVED" if agg["solved"] == agg["n"] else "NOT all solved"
             line += f" -> {agg['solved']}/{agg['n']} >= {solved:g}: {verdict}"
         return line
     mean, std = summary["eval_return"], summary["eval_return_std"]
-    line = (f"{summary['env']}: final evaluation return {_num(mean)} ± {_num(std, mean)} over "
-            f"{summary['eval_episodes']} episodes after {summary['env_steps']:,} env steps")
+    line = (f"{summary['env']}: {which} return {_num(mean)} ± {_num(std, mean)} over "
+            f"{summary['eval_episodes']} episodes after {at}")
     solved = summary["solved_return"]
     if solved is not None:
         verdict = "SOLVED" if summary["eval_return"] >= solved else "NOT solved"

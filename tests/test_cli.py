@@ -242,3 +242,15 @@ def test_the_final_line_gives_a_verdict_only_with_a_threshold():
     line = train_cli.final_line({**summary, "env": "CartPole-v1", "eval_return": 500.0,
                                  "solved_return": 475.0})
     assert line.endswith("-> SOLVED (threshold 475)"), line
+
+
+def test_a_run_stopped_between_evaluations_reports_its_last_one_as_such():
+    summary = {"env": "brax:hopper", "status": "preempted", "eval_return": 2771.7,
+               "eval_return_std": 5.6, "eval_episodes": 128, "env_steps": 880640,
+               "eval_env_steps": 786432, "solved_return": None}
+    line = train_cli.final_line(summary)
+    assert line == ("brax:hopper: last evaluation return 2771.7 ± 5.6 over 128 episodes after "
+                    "786,432 env steps (preempted at 880,640)"), line
+    line = train_cli.final_line({**summary, "status": "completed", "eval_env_steps": 880640})
+    assert line.startswith("brax:hopper: final evaluation return 2771.7") and line.endswith(
+        "after 880,640 env steps"), line
