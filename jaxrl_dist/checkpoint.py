@@ -50,7 +50,7 @@ RESUMABLE_CHANGES = ("updates_per_call", "checkpoint_every", "keep_checkpoints",
                      "max_nonfinite_skips", "wandb",
                      # how the devices split the gradient's sum (as a topology change does):
                      # rounding, not the algorithm; auto decides anew on the resumed topology
-                     "replicate_learn")
+                     "replicate_learn", "replicate_act")
 
 
 class CheckpointError(UserError):

@@ -174,6 +174,16 @@ class Config:
         "The summary's replicate_learn says what ran (false on one data device, where there "
         "is nothing to gather)",
         default=None)
+    replicate_act: bool | None = _doc(
+        "with replicate_learn on and environments inside the program: every device also steps "
+        "EVERY environment, so each device runs the one-device program and an update needs no "
+        "collective at all (not even replicate_learn's all-gather); pays where stepping is "
+        "cheap next to a cross-process round trip (gloo: ~0.3-3 ms), costs each device the "
+        "whole batch's stepping where it is not. null = auto: on wherever replicate_learn is "
+        "on, for environments whose state lives in JAX; true with host environments (each "
+        "process steps its own on the host) or without replicate_learn is a one-line error. "
+        "The same parameters as 1 device (its program). The summary's replicate_act says what ran",
+        default=None)
     matmul_precision: str = _doc(
         "float32 matmuls and convolutions: 'default' = the backend's (TF32 on Ampere/Hopper "
         "GPUs, full float32 on CPUs), 'float32' (full, to compare a GPU with a CPU), "

@@ -124,6 +124,8 @@ class Learner(NamedTuple):
                                       #   transitions (its key split as the update splits it),
                                       #   donating train and data: what host actors feed
     replicated: bool = False          # learn_next learns the whole batch on every device
+    acts_whole: bool = False          # every device also steps every environment
+                                      #   (replicate_act: the one-device program on each)
     exploit: Any = None               # with PBT, jit: (train, pbt, seed key, fitness [M] or
                                       #   None) -> (train, pbt, pbt.Round): one round over the
                                       #   whole member axis, donating train and pbt
@@ -156,6 +158,9 @@ def make_learner(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | M
         one = dataclasses.replace(sizes, num_devices=1,
                                   local_envs=sizes.local_envs * layout.data_size)
         whole = factory(config.agent, one, spec, replicated_layout(layout))
+        if acts_whole(config, spec):   # the one-device program on every device
+            return build(whole, one, spec, replicated_layout(layout), RunSettings.of(config)
+                         )._replace(replicated=True, acts_whole=True)
     return build(factory(config.agent, sizes, spec, layout), sizes, spec, layout,
                  RunSettings.of(config), whole=whole)
 
@@ -165,20 +170,41 @@ def replicates(config: Config, spec: EnvSpec, layout: Layout) -> bool:
 
     Auto (null) turns it on where a learner's all-reduces would cross processes over CPU
     collectives (gloo: 0.2-1.4 ms each here; a PPO update has hundreds, DQN and SAC one or
-    more per gradient step); an explicit true for a population is a one-line error."""
-    auto = config.replicate_learn is None
+    more per gradient step); an explicit true for a population is a one-line error.
+    ``replicate_act: true`` asks for it too (acting whole is learning whole, and more)."""
+    auto = config.replicate_learn is None and not config.replicate_act
     if config.replicate_learn is False:
+        if config.replicate_act:
+            raise ConfigError("replicate_act=true needs replicate_learn (set false here): "
+                              "remove one of them")
         return False
     if layout.members:
         if auto:
             return False
-        raise ConfigError("replicate_learn applies to a single run, not to populations (their "
-                          "members already learn apart); remove it or the population: section")
+        key = "replicate_learn" if config.replicate_learn else "replicate_act"
+        raise ConfigError(f"{key} applies to a single run, not to populations (their "
+                          f"members already learn apart); remove it or the population: section")
     devices = list(layout.mesh.devices.flat)
     if auto and (devices[0].platform != "cpu"
                  or len({d.process_index for d in devices}) < 2):
         return False
     return layout.data_size > 1   # one device already learns from the whole batch
+
+
+def acts_whole(config: Config, spec: EnvSpec) -> bool:
+    """Whether, learning the whole batch, every device also steps every environment
+    (``replicate_act``): auto for environments whose state lives in JAX, whose steps are
+    then cheaper than the all-gather of a cross-process update; never for host ones (each
+    process steps its own) or pools (a simulator outside JAX, its stepping the cost)."""
+    if config.replicate_act is False:
+        return False
+    if spec.on_host or spec.state_outside_jax:
+        if config.replicate_act:
+            where = "on the host" if spec.on_host else "outside JAX"
+            raise ConfigError(f"replicate_act: {spec.name} is stepped {where}, once per "
+                              f"process; remove replicate_act (replicate_learn still applies)")
+        return False
+    return True
 
 
 def _env_first(trajectory: Trajectory) -> Trajectory:

@@ -70,8 +70,9 @@ class Layout:
 
     @property
     def axes(self) -> tuple[str, ...]:
-        """The mesh axes a per-device value varies over."""
-        return tuple(self.mesh.axis_names)
+        """The mesh axes a per-device value varies over (never the replica axis: every
+        replica computes the same values)."""
+        return tuple(a for a in self.mesh.axis_names if a != REPLICA_AXIS)
 
     @property
     def train(self) -> P:

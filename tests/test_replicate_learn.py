@@ -47,18 +47,61 @@ def test_two_devices_learning_the_whole_batch_equal_one_device(algo):
         assert x.sharding.is_fully_replicated
 
 
-@pytest.mark.timeout(120)
-def test_one_all_gather_per_update_and_no_other_cross_device_collective():
-    config = config_lib.from_dict({**DQN, "replicate_learn": True})
+def _collectives(replicate_act):
+    config = config_lib.from_dict({**DQN, "replicate_learn": True,
+                                   "replicate_act": replicate_act})
     mesh = sharding.make_mesh(jax.devices()[:2])
     learner = make_learner(config, sizes_lib.derive_sizes(config, 2), from_config(config), mesh)
-    assert learner.replicated
+    assert learner.replicated and learner.acts_whole is (replicate_act is not False)
     text = learner.update.lower(learner.abstract_state(), 2).compile().as_text()
     gathers = re.findall(r"all-gather(?:-start)?\(", text)
     crossing = [line for line in text.splitlines()
                 if re.search(r"(all-reduce|collective-permute|all-to-all|reduce-scatter)"
                              r"(?:-start)?\(", line) and "replica_groups={{0},{1}}" not in line]
-    assert len(gathers) == 1 and not crossing, crossing
+    return len(gathers), crossing
+
+
+@pytest.mark.timeout(120)
+def test_one_all_gather_per_update_and_no_other_cross_device_collective():
+    gathers, crossing = _collectives(replicate_act=False)
+    assert gathers == 1 and not crossing, crossing
+
+
+@pytest.mark.timeout(120)
+def test_acting_whole_an_update_has_no_cross_device_collective_at_all():
+    """replicate_act (auto with replicate_learn inside the program): each device steps every
+    environment, so nothing is gathered either."""
+    gathers, crossing = _collectives(replicate_act=None)
+    assert gathers == 0 and not crossing, crossing
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("algo", ["dqn", pytest.param("ppo", marks=pytest.mark.slow)])
+def test_acting_whole_gives_one_devices_bits_and_acting_apart_matches_it(algo):
+    """2 devices each stepping every environment run the one-device program (its parameters
+    bit for bit with XLA's optimised code, measured; the suite's -O0 moves last bits, as
+    above); acting apart (the all-gather) learns from the same data."""
+    one, _ = train_in_process(config_lib.from_dict(CASES[algo]), 1)
+    for act, tolerance in ((True, 1e-5), (False, 1e-4)):
+        config = config_lib.from_dict({**CASES[algo], "replicate_learn": True,
+                                       "replicate_act": act})
+        two, _ = train_in_process(config, 2)
+        assert max_rel_diff(sharding.to_host(two.train.params),
+                            sharding.to_host(one.train.params)) <= tolerance, act
+
+
+def test_replicate_act_without_replicate_learn_or_for_host_envs_is_one_line():
+    from jaxrl_dist.errors import ConfigError
+
+    mesh = sharding.make_mesh(jax.devices()[:2])
+    for extra, words in (({"replicate_learn": False, "replicate_act": True},
+                          "replicate_act=true needs replicate_learn"),
+                         ({"replicate_act": True, "env": "gymnasium:CartPole-v1"},
+                          "stepped on the host")):
+        config = config_lib.from_dict({**DQN, **extra})
+        with pytest.raises(ConfigError, match=words) as err:
+            make_learner(config, sizes_lib.derive_sizes(config, 2), from_config(config), mesh)
+        assert "\n" not in str(err.value)
 
 
 def test_packing_a_trajectory_is_lossless():
