@@ -1,11 +1,14 @@
 """The run loop's periodic work as a table: what runs, and how often.
 
 Each :class:`Hook` fires when the update count crosses a multiple of its period. A period is
-given in updates, in seconds, or both; seconds are turned into updates ONCE, from the measured
-speed of the first timed calls, with process 0's measurement broadcast to every process. From
-then on every process fires the same hooks after the same updates, which is what lets a hook be
-a collective (a checkpoint save, a replica check) in a multi-process job. A population or a new
-algorithm reuses the loop by passing other actions.
+given in updates, in seconds, or both; seconds are turned into updates from the measured speed,
+with process 0's measurement broadcast to every process, so every process fires the same hooks
+after the same updates, which is what lets a hook be a collective (a checkpoint save, a replica
+check) in a multi-process job. The speed is measured again after calls 1, 3, 7, 15, ... (each
+over the calls since the last measurement): an off-policy run's first calls act at random and
+learn nothing, 10-100x faster than the rest, and a period from them alone would put a 10-minute
+checkpoint past the end of the run. A population or a new algorithm reuses the loop by passing
+other actions.
 """
 
 from __future__ import annotations
@@ -40,7 +43,13 @@ class HookTable:
 
     def __init__(self, hooks: list[Hook]):
         self.hooks = hooks
-        self.calibrated = not any(h.seconds > 0 for h in hooks)
+        self.timed = any(h.seconds > 0 for h in hooks)   # some period is in seconds
+        self.calibrated = not self.timed
+
+    def calibrates_after(self, call_index: int) -> bool:
+        """Whether the speed is measured (and the periods in seconds set anew) after the call
+        ``call_index`` (0, 1, 2, ...): calls 1, 3, 7, 15, ..., a few dozen times in any run."""
+        return self.timed and call_index >= 1 and (call_index + 1) & call_index == 0
 
     def calibrate(self, seconds_per_update: float) -> None:
         for h in self.hooks:

@@ -362,6 +362,7 @@ def _calls(run: Run, hooks: HookTable, pending: list, flush, evaluate, loop_star
     the last row would otherwise count its 10 calls' steps over 9 calls' time."""
     sizes = run.sizes
     checked = loop_start   # when a failed background save was last polled for
+    measured = (loop_start, run.first_update)   # (time, updates) of the last speed measurement
     distributed.heartbeat()
     for call_index, n in enumerate(sizes_lib.calls(sizes, run.updates_done)):
         before = run.updates_done
@@ -373,11 +374,12 @@ def _calls(run: Run, hooks: HookTable, pending: list, flush, evaluate, loop_star
         pbt_round = _pbt_round(run) if run.exploit is not None else None
         flush()
         pending.append((metrics, run.updates_done, n, done_at, pbt_round))
-        if call_index == 1 and not hooks.calibrated:   # seconds -> updates, agreed once
+        if hooks.calibrates_after(call_index):   # seconds -> updates, agreed (hooks.py)
             jax.block_until_ready(run.state)
-            per_update = ((time.perf_counter() - loop_start)
-                          / (run.updates_done - run.first_update))
+            now = time.perf_counter()
+            per_update = (now - measured[0]) / (run.updates_done - measured[1])
             hooks.calibrate(float(distributed.broadcast(np.float64(per_update))))
+            measured = (now, run.updates_done)
         last_call = run.updates_done == sizes.num_updates
         diverged = run.watch.tripped is not None   # no checkpoint once it has
         fired = hooks.run_due(before, run.updates_done,
