@@ -1,14 +1,15 @@
 """The run loop's periodic work as a table: what runs, and how often.
 
-Each :class:`Hook` fires when the update count crosses a multiple of its period. A period is
-given in updates, in seconds, or both; seconds are turned into updates from the measured speed,
-with process 0's measurement broadcast to every process, so every process fires the same hooks
-after the same updates, which is what lets a hook be a collective (a checkpoint save, a replica
-check) in a multi-process job. The speed is measured again after calls 1, 3, 7, 15, ... (each
-over the calls since the last measurement): an off-policy run's first calls act at random and
-learn nothing, 10-100x faster than the rest, and a period from them alone would put a 10-minute
-checkpoint past the end of the run. A population or a new algorithm reuses the loop by passing
-other actions.
+A period is given in updates, in seconds, or both. One in updates fires when the update count
+crosses a multiple of it (a resumed run keeps the same grid). One in seconds is turned into
+updates from the measured speed, with process 0's measurement broadcast to every process, and
+fires once that many updates have passed since the hook last fired (or the loop began), so
+every process fires the same hooks after the same updates, which is what lets a hook be a
+collective (a checkpoint save, a replica check) in a multi-process job. The speed is measured
+again after calls 1, 3, 7, 15, ... (each over the calls since the last measurement): an
+off-policy run's first calls act at random and learn nothing, 10-100x faster than the rest, and
+a period from them alone put a 10-minute checkpoint past the end of a 300k-step SAC run. A
+population or a new algorithm reuses the loop by passing other actions.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class Hook:
     every: int = 0                    # updates between calls; 0 = no update period
     seconds: float = 0.0              # wall-clock period; 0 = none
     _from_seconds: int = field(default=0, init=False)
+    _last: int = field(default=0, init=False)   # updates when it last fired (or the loop began)
 
     @property
     def period(self) -> int:
@@ -33,9 +35,11 @@ class Hook:
         return min(periods) if periods else 0
 
     def due(self, before: int, after: int) -> bool:
-        """Whether a multiple of the period lies in (before, after]."""
-        p = self.period
-        return p > 0 and after // p > before // p
+        """Whether a multiple of ``every`` lies in (before, after], or the period from seconds
+        has passed since the hook last fired."""
+        if self.every > 0 and after // self.every > before // self.every:
+            return True
+        return self._from_seconds > 0 and after - self._last >= self._from_seconds
 
 
 class HookTable:
@@ -45,6 +49,11 @@ class HookTable:
         self.hooks = hooks
         self.timed = any(h.seconds > 0 for h in hooks)   # some period is in seconds
         self.calibrated = not self.timed
+
+    def begin(self, updates: int) -> None:
+        """The loop starts (or resumes) at ``updates``: periods in seconds count from here."""
+        for h in self.hooks:
+            h._last = updates
 
     def calibrates_after(self, call_index: int) -> bool:
         """Whether the speed is measured (and the periods in seconds set anew) after the call
@@ -63,6 +72,7 @@ class HookTable:
         for h in self.hooks:
             if h.name not in skip and h.due(before, after):
                 h.action(after)
+                h._last = after
                 fired.append(h.name)
         return fired
 

@@ -363,6 +363,7 @@ def _calls(run: Run, hooks: HookTable, pending: list, flush, evaluate, loop_star
     sizes = run.sizes
     checked = loop_start   # when a failed background save was last polled for
     measured = (loop_start, run.first_update)   # (time, updates) of the last speed measurement
+    hooks.begin(run.updates_done)
     distributed.heartbeat()
     for call_index, n in enumerate(sizes_lib.calls(sizes, run.updates_done)):
         before = run.updates_done
