@@ -43,12 +43,12 @@ class Hook:
 
 
 class HookTable:
-    """The hooks of one run. ``calibrate`` once with the agreed seconds per update."""
+    """The hooks of one run. ``calibrate`` with the agreed seconds per update whenever
+    ``calibrates_after`` says so."""
 
     def __init__(self, hooks: list[Hook]):
         self.hooks = hooks
         self.timed = any(h.seconds > 0 for h in hooks)   # some period is in seconds
-        self.calibrated = not self.timed
 
     def begin(self, updates: int) -> None:
         """The loop starts (or resumes) at ``updates``: periods in seconds count from here."""
@@ -64,7 +64,6 @@ class HookTable:
         for h in self.hooks:
             if h.seconds > 0:
                 h._from_seconds = max(1, math.ceil(h.seconds / max(seconds_per_update, 1e-9)))
-        self.calibrated = True
 
     def run_due(self, before: int, after: int, skip: tuple[str, ...] = ()) -> list[str]:
         """Call every hook due in (before, after], in table order; returns their names."""

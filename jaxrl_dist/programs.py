@@ -157,9 +157,10 @@ def make_learner(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | M
     if replicates(config, spec, layout):   # the same algorithm, for the whole batch
         one = dataclasses.replace(sizes, num_devices=1,
                                   local_envs=sizes.local_envs * layout.data_size)
-        whole = factory(config.agent, one, spec, replicated_layout(layout))
+        whole_layout = replicated_layout(layout)
+        whole = factory(config.agent, one, spec, whole_layout)
         if acts_whole(config, spec):   # the one-device program on every device
-            return build(whole, one, spec, replicated_layout(layout), RunSettings.of(config)
+            return build(whole, one, spec, whole_layout, RunSettings.of(config)
                          )._replace(replicated=True, acts_whole=True)
     return build(factory(config.agent, sizes, spec, layout), sizes, spec, layout,
                  RunSettings.of(config), whole=whole)

@@ -14,13 +14,11 @@ import time
 import jax
 import jax.numpy as jnp
 
-# Brax 0.14.2 still calls jax.device_put_replicated and device_put_sharded, which jax >= 0.10
-# removed: the drop-ins of jax's pmap migration guide (a stacked copy per device; pmap shards it).
+# Brax 0.14.2's training still calls jax.device_put_replicated, which jax >= 0.10 removed: the
+# drop-in of jax's pmap migration guide (a stacked copy per device; pmap shards it).
 if "device_put_replicated" not in vars(jax):
     jax.device_put_replicated = lambda x, devices: jax.tree.map(
         lambda a: jnp.stack([jnp.asarray(a)] * len(devices)), x)
-if "device_put_sharded" not in vars(jax):
-    jax.device_put_sharded = lambda xs, devices: jax.tree.map(lambda *a: jnp.stack(a), *xs)
 
 from brax import envs
 from brax.training.agents.sac import train as sac
