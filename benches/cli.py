@@ -120,6 +120,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--parallel", type=int, default=1, help="host: seeds trained at once")
     parser.add_argument("--pin", action="store_true", help="host: each parallel run on its "
                         "own core with one XLA:CPU compute thread")
+    parser.add_argument("--cores", type=int, nargs="+",
+                        help="host: with --pin, the cores to pin to (default: every core this "
+                        "process may use); two benches on cores 0 and 1 share a 2-core machine")
     parser.add_argument("--no-sequential", action="store_true",
                         help="population: skip the N sequential single runs")
     return parser

@@ -30,6 +30,8 @@ from jaxrl_dist.population import bootstrap_ci, iqm
 
 DONE = ("completed", "solved")     # a run's summary status that ends it
 ONE_THREAD = "--xla_cpu_multi_thread_eigen=false"
+# ``--cores C..`` picks the cores: two benches side by side (one on each core of a 2-core
+# machine) keep both busy where one bench's last seed would leave a core idle.
 
 
 def _seed_dir(work: Path, config: str, seed: int) -> Path:
@@ -94,7 +96,8 @@ def bench_host(args) -> tuple[list[dict], str]:
     out.mkdir(parents=True, exist_ok=True)
     work = Path(args.work) if args.work else Path("runs") / "bench_host" / out.name
     parallel = max(1, args.parallel)
-    cores = list(os.sched_getaffinity(0)) if args.pin else []
+    cores = (list(getattr(args, "cores", None) or os.sched_getaffinity(0)) if args.pin
+             else [])
     if args.pin and parallel > len(cores):
         raise SystemExit(f"bench host: --parallel {parallel} --pin needs {parallel} cores; "
                          f"this process may use {len(cores)}")
