@@ -93,6 +93,38 @@ def test_unrolled_threefry_draws_bitwise_the_same_numbers():
         assert a.dtype == b.dtype and (a == b).all()
 
 
+def test_rolled_threefry_draws_bitwise_the_same_numbers_with_fewer_copies():
+    """The CPU hash every run lowers (compile_cache.install_rolled_threefry): the bits of
+    JAX's own rolled lowering for every kind of draw, its loop carrying no permuted values
+    (XLA copied those on every trip)."""
+    from jax._src.interpreters import mlir
+    from jax._src.random import threefry2x32 as threefry
+    table = mlir._platform_specific_lowerings["cpu"]
+    before = table.get(threefry.threefry2x32_p)
+
+    def draws(key):
+        k1, k2 = jax.random.split(key)
+        keys = jax.vmap(jax.random.fold_in, (None, 0))(k1, jax.numpy.arange(6))
+        return (keys, jax.random.split(keys[3], 4), jax.random.uniform(k2, (5,)),
+                jax.random.normal(key, (256, 6)), jax.random.randint(k1, (256,), 0, 1000),
+                jax.random.permutation(k1, 128), jax.random.bits(k1, (7, 3)))
+
+    key = jax.random.PRNGKey(5)
+    try:
+        mlir.register_lowering(threefry.threefry2x32_p, threefry._threefry2x32_cpu_lowering_rule,
+                               platform="cpu")
+        theirs = jax.jit(lambda k: draws(k)).lower(key).compile()
+        assert compile_cache.install_rolled_threefry()
+        ours = jax.jit(lambda k: draws(k)).lower(key).compile()
+    finally:
+        if before is not None:
+            table[threefry.threefry2x32_p] = before
+    for a, b in zip(jax.tree.leaves(theirs(key)), jax.tree.leaves(ours(key))):
+        assert a.dtype == b.dtype and (a == b).all()
+    copies = [text.count(" copy(") for text in (theirs.as_text(), ours.as_text())]
+    assert copies[1] < copies[0] / 2, copies
+
+
 def test_every_process_writes_its_cpu_entries_on_the_supported_jax():
     """The patch of JAX's private cache write is in place on every JAX we support (CI runs this
     on jax 0.10.2 and the newest allowed 0.11.x); outside that range JAX keeps its own."""
