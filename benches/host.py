@@ -11,7 +11,9 @@ results from their run directories and resumes the others from their checkpoints
 (``--resume``: the replay included, exact). SIGTERM or Ctrl-C stops every run at its next call
 boundary with a checkpoint. ``--parallel N`` trains N seeds at once; ``--pin`` puts each on its
 own core with one XLA:CPU compute thread (two 256x256 SAC runs on 2 cores: ~40 env steps/s
-each, where one run alone on both cores makes 33-49)."""
+each, where one run alone on both cores makes 33-49); ``--cores C..`` picks the cores, so two
+benches side by side keep both cores of a 2-core machine busy where one bench's last seed would
+leave one idle."""
 
 from __future__ import annotations
 
@@ -30,8 +32,6 @@ from jaxrl_dist.population import bootstrap_ci, iqm
 
 DONE = ("completed", "solved")     # a run's summary status that ends it
 ONE_THREAD = "--xla_cpu_multi_thread_eigen=false"
-# ``--cores C..`` picks the cores: two benches side by side (one on each core of a 2-core
-# machine) keep both busy where one bench's last seed would leave a core idle.
 
 
 def _seed_dir(work: Path, config: str, seed: int) -> Path:
@@ -96,8 +96,7 @@ def bench_host(args) -> tuple[list[dict], str]:
     out.mkdir(parents=True, exist_ok=True)
     work = Path(args.work) if args.work else Path("runs") / "bench_host" / out.name
     parallel = max(1, args.parallel)
-    cores = (list(getattr(args, "cores", None) or os.sched_getaffinity(0)) if args.pin
-             else [])
+    cores = list(args.cores or os.sched_getaffinity(0)) if args.pin else []
     if args.pin and parallel > len(cores):
         raise SystemExit(f"bench host: --parallel {parallel} --pin needs {parallel} cores; "
                          f"this process may use {len(cores)}")
