@@ -8,7 +8,10 @@ A long measurement (300k off-policy steps are hours on 2 cores) spans sittings: 
 trains in its own run directory under ``--work`` (default ``runs/bench_host/<out's name>``),
 checkpointing as its config says; running the same command again takes the finished seeds'
 results from their run directories and resumes the others from their checkpoints
-(``--resume``: the replay included, exact). SIGTERM or Ctrl-C stops every run at its next call
+(``--resume``: the replay included, exact). Every finished seed's row is written to
+``<out>/host_seeds.jsonl`` as it ends, and a seed recorded there for the same config and
+overrides is not trained again: commit that file and a bench survives losing ``--work`` (a fresh
+machine), only the seeds then unfinished start over. SIGTERM or Ctrl-C stops every run at its next call
 boundary with a checkpoint. ``--parallel N`` trains N seeds at once; ``--pin`` puts each on its
 own core with one XLA:CPU compute thread (two 256x256 SAC runs on 2 cores: ~40 env steps/s
 each, where one run alone on both cores makes 33-49); ``--cores C..`` picks the cores, so two
@@ -73,6 +76,15 @@ def _result(run_dir: Path) -> dict | None:
             "failed": s["status"] not in DONE or s.get("eval_return") is None}
 
 
+def _recorded(out: Path) -> list[dict]:
+    """The rows ``<out>/host_seeds.jsonl`` already holds (any config, overrides and seed)."""
+    try:
+        lines = (out / "host_seeds.jsonl").read_text().splitlines()
+    except OSError:
+        return []
+    return [json.loads(line) for line in lines if line.strip()]
+
+
 def _start(args, run_dir: Path, seed: int, core: int | None) -> subprocess.Popen:
     resume = ["--resume"] if (run_dir / "checkpoints").is_dir() else []
     if not resume and run_dir.exists():        # ended before its first checkpoint: start over
@@ -100,11 +112,37 @@ def bench_host(args) -> tuple[list[dict], str]:
     if args.pin and parallel > len(cores):
         raise SystemExit(f"bench host: --parallel {parallel} --pin needs {parallel} cores; "
                          f"this process may use {len(cores)}")
+    before = _recorded(out)
+    ours = lambda r: r.get("config") == args.config and r.get("sets") == list(args.set)  # noqa: E731
+    recorded = {r["seed"]: r for r in before if ours(r)}
+    exits: dict[int, int] = {}
+
+    def row(seed: int) -> dict | None:
+        run_dir = _seed_dir(work, args.config, seed)
+        result = _result(run_dir)
+        if result is None and exits.get(seed) not in (None, 0, 75):   # 75: saved and stopped
+            result = {"status": f"exit {exits[seed]} (see its .log)", "final_eval": None,
+                      "sps": None, "eval_curve": [], "failed": True}
+        if result is None:
+            return recorded.get(seed)
+        return {"config": args.config, "sets": list(args.set), "seed": seed,
+                "run_dir": str(run_dir), **result}
+
+    def write_rows() -> tuple[list[dict], list[int]]:
+        rows, pending = [], []
+        for seed in args.seeds:
+            r = row(seed)
+            (rows.append(r) if r is not None else pending.append(seed))
+        kept = [r for r in before if not (ours(r) and r["seed"] in args.seeds)]
+        with (out / "host_seeds.jsonl").open("w") as f:   # nothing recorded earlier is dropped
+            for r in kept + rows:
+                f.write(json.dumps(r) + "\n")
+        return rows, pending
+
     todo = []
     for seed in args.seeds:
-        run_dir = _seed_dir(work, args.config, seed)
-        _claim(run_dir, args.config, args.set, seed)
-        if _result(run_dir) is None:
+        _claim(_seed_dir(work, args.config, seed), args.config, args.set, seed)
+        if row(seed) is None:
             todo.append(seed)
     running: dict[int, tuple[subprocess.Popen, int | None, float]] = {}
     stopping = []
@@ -116,7 +154,6 @@ def bench_host(args) -> tuple[list[dict], str]:
 
     old = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
     termed: dict[int, float] = {}
-    exits: dict[int, int] = {}
     try:
         while todo or running:
             busy = {core for _, core, _ in running.values()}
@@ -139,26 +176,14 @@ def bench_host(args) -> tuple[list[dict], str]:
                 exits[seed] = proc.returncode
                 print(json.dumps({"seed": seed, "rc": proc.returncode,
                                   "wall_s": round(now - t0)}), flush=True)
+                write_rows()
             if stopping and not running:
                 break
             time.sleep(1)
     finally:
         for s, handler in old.items():
             signal.signal(s, handler)
-    rows, pending = [], []
-    for seed in args.seeds:
-        result = _result(_seed_dir(work, args.config, seed))
-        if result is None and exits.get(seed) not in (None, 0, 75):   # 75: saved and stopped
-            result = {"status": f"exit {exits[seed]} (see its .log)", "final_eval": None,
-                      "sps": None, "eval_curve": [], "failed": True}
-        if result is None:
-            pending.append(seed)
-            continue
-        rows.append({"config": args.config, "sets": list(args.set), "seed": seed,
-                     "run_dir": str(_seed_dir(work, args.config, seed)), **result})
-    with (out / "host_seeds.jsonl").open("w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
+    rows, pending = write_rows()
     if stopping:
         raise SystemExit(f"bench host: stopped; seeds {pending} saved checkpoints in {work}: "
                          f"run the same command again to resume them")

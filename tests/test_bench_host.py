@@ -49,3 +49,26 @@ def test_the_table_reports_seeds_ci_curve_and_what_is_pending(tmp_path):
     md = _table(args, rows, pending=[2])
     assert "| 2 | 5500.0 [" in md and "0: 6000.0, 1: 5000.0" in md
     assert "| mean | 2750 | 5500 |" in md and "seeds [2]" in md
+
+
+def test_recorded_seeds_survive_a_lost_work_directory(tmp_path):
+    """A seed in host_seeds.jsonl (committed) is not trained again when --work is gone (a fresh
+    machine); rows of other seeds and overrides in the file are kept."""
+    from benches.host import bench_host
+    out = tmp_path / "out"
+    out.mkdir()
+    config = "configs/mujoco_halfcheetah_sac.yaml"
+    mine = [{"config": config, "sets": ["total_timesteps=300000"], "seed": s,
+             "final_eval": 6000.0 + s, "sps": 40.0, "status": "completed",
+             "eval_curve": [[300000, 6000.0 + s]], "failed": False} for s in (0, 1)]
+    other = {**mine[0], "sets": ["total_timesteps=1000000"], "final_eval": 9000.0}
+    (out / "host_seeds.jsonl").write_text("".join(json.dumps(r) + "\n"
+                                                  for r in [other, *mine]))
+    args = SimpleNamespace(out=str(out), work=str(tmp_path / "gone"), parallel=1, pin=False,
+                           cores=None, seeds=[0, 1], config=config,
+                           set=["total_timesteps=300000"], timeout=10, devices=1)
+    rows, md = bench_host(args)                       # nothing to train: no process started
+    assert [r["final_eval"] for r in rows] == [6000.0, 6001.0]
+    assert "| 2 | 6000.5 [" in md
+    kept = [json.loads(line) for line in (out / "host_seeds.jsonl").read_text().splitlines()]
+    assert kept == [other, *mine]
