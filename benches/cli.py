@@ -146,7 +146,8 @@ def main(argv: list[str] | None = None) -> int:
             else f"one run per seed ({len(args.seeds)} seeds) per trainer and device count"
             if args.what == "brax" else f"one run per seed ({len(args.seeds)} seeds)"
             if args.what == "host" else f"{args.repeats} repeat(s)")
-    header = (f"{args.what}: {m['cpu']}, {m['cores']} cores, Python {m['python']}, jax "
+    header = (f"{args.what}: {m['cpu']}{' (AVX-512)' if m['avx512'] else ''}, "
+              f"{m['cores']} cores, Python {m['python']}, jax "
               f"{m['jax']}; {runs}; `python -m benches "
               f"{' '.join(record['argv'])}` ({started})\n\n")
     (args.out / f"{args.what}.md").write_text(header + table + "\n")

@@ -51,16 +51,20 @@ XLA_ENV = {"XLA_FLAGS": CPU_SCHEDULER_FLAG, "JAX_PLATFORMS": "cpu"}
 def machine() -> dict[str, Any]:
     import jax
 
-    cpu = "unknown"
+    cpu, flags = "unknown", set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith("model name") and cpu == "unknown":
                 cpu = line.split(":", 1)[1].strip()
-                break
+            elif line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
     except OSError:
         pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "python": platform.python_version(),
-            "jax": jax.__version__, "platform": platform.platform()}
+    # A VM's model name ("AMD EPYC") hides the CPU kind; AVX-512 or not tells the two kinds
+    # this project's machines come in apart (an off-policy step ~5x faster with it).
+    return {"cpu": cpu, "avx512": "avx512f" in flags, "cores": os.cpu_count(),
+            "python": platform.python_version(), "jax": jax.__version__,
+            "platform": platform.platform()}
 
 
 def _clean_env(**extra: str) -> dict[str, str]:

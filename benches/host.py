@@ -30,7 +30,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benches.common import XLA_ENV, _clean_env, run_command, train_cmd
+from benches.common import XLA_ENV, _clean_env, machine, run_command, train_cmd
 from jaxrl_dist.population import bootstrap_ci, iqm
 
 DONE = ("completed", "solved")     # a run's summary status that ends it
@@ -115,6 +115,8 @@ def bench_host(args) -> tuple[list[dict], str]:
     before = _recorded(out)
     ours = lambda r: r.get("config") == args.config and r.get("sets") == list(args.set)  # noqa: E731
     recorded = {r["seed"]: r for r in before if ours(r)}
+    here = machine()
+    here = f"{here['cpu']}{' (AVX-512)' if here['avx512'] else ''}, {here['cores']} cores"
     exits: dict[int, int] = {}
 
     def row(seed: int) -> dict | None:
@@ -126,7 +128,7 @@ def bench_host(args) -> tuple[list[dict], str]:
         if result is None:
             return recorded.get(seed)
         return {"config": args.config, "sets": list(args.set), "seed": seed,
-                "run_dir": str(run_dir), **result}
+                "run_dir": str(run_dir), "machine": here, **result}
 
     def write_rows() -> tuple[list[dict], list[int]]:
         rows, pending = [], []
@@ -217,6 +219,11 @@ def _table(args, rows: list[dict], pending: list[int]) -> str:
                "| mean | " + " | ".join(
                    f"{np.mean([v for r in rows for s2, v in r['eval_curve'] if s2 == s]):.0f}"
                    for s in steps) + " |"]
+    machines = {}
+    for r in rows:
+        machines.setdefault(r.get("machine", "not recorded"), []).append(r["seed"])
+    if len(machines) > 1 or "not recorded" in machines:   # seeds of earlier sittings (a record)
+        md += ["", "Trained on: " + "; ".join(f"seeds {s}: {m}" for m, s in machines.items())]
     if pending:
         md += ["", f"Not finished (resume with the same command): seeds {pending}"]
     return "\n".join(md)

@@ -69,6 +69,6 @@ def test_recorded_seeds_survive_a_lost_work_directory(tmp_path):
                            set=["total_timesteps=300000"], timeout=10, devices=1)
     rows, md = bench_host(args)                       # nothing to train: no process started
     assert [r["final_eval"] for r in rows] == [6000.0, 6001.0]
-    assert "| 2 | 6000.5 [" in md
+    assert "| 2 | 6000.5 [" in md and "Trained on: seeds [0, 1]: not recorded" in md
     kept = [json.loads(line) for line in (out / "host_seeds.jsonl").read_text().splitlines()]
     assert kept == [other, *mine]
