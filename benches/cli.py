@@ -123,6 +123,10 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--cores", type=int, nargs="+",
                         help="host: with --pin, the cores to pin to (default: every core this "
                         "process may use); two benches on cores 0 and 1 share a 2-core machine")
+    parser.add_argument("--train", type=int, nargs="*",
+                        help="host: of --seeds, train only these (none: only tabulate what is "
+                        "recorded); the table still covers every --seeds, so two commands may "
+                        "each train seeds of one bench, one per core")
     parser.add_argument("--no-sequential", action="store_true",
                         help="population: skip the N sequential single runs")
     return parser

@@ -112,9 +112,7 @@ def bench_host(args) -> tuple[list[dict], str]:
     if args.pin and parallel > len(cores):
         raise SystemExit(f"bench host: --parallel {parallel} --pin needs {parallel} cores; "
                          f"this process may use {len(cores)}")
-    before = _recorded(out)
     ours = lambda r: r.get("config") == args.config and r.get("sets") == list(args.set)  # noqa: E731
-    recorded = {r["seed"]: r for r in before if ours(r)}
     here = machine()
     here = f"{here['cpu']}{' (AVX-512)' if here['avx512'] else ''}, {here['cores']} cores"
     exits: dict[int, int] = {}
@@ -125,8 +123,8 @@ def bench_host(args) -> tuple[list[dict], str]:
         if result is None and exits.get(seed) not in (None, 0, 75):   # 75: saved and stopped
             result = {"status": f"exit {exits[seed]} (see its .log)", "final_eval": None,
                       "sps": None, "eval_curve": [], "failed": True}
-        if result is None:
-            return recorded.get(seed)
+        if result is None:   # read now: another command's seeds of this bench may have ended
+            return {r["seed"]: r for r in _recorded(out) if ours(r)}.get(seed)
         return {"config": args.config, "sets": list(args.set), "seed": seed,
                 "run_dir": str(run_dir), "machine": here, **result}
 
@@ -135,14 +133,21 @@ def bench_host(args) -> tuple[list[dict], str]:
         for seed in args.seeds:
             r = row(seed)
             (rows.append(r) if r is not None else pending.append(seed))
-        kept = [r for r in before if not (ours(r) and r["seed"] in args.seeds)]
-        with (out / "host_seeds.jsonl").open("w") as f:   # nothing recorded earlier is dropped
-            for r in kept + rows:
-                f.write(json.dumps(r) + "\n")
+        # Nothing recorded is dropped, another command's seeds of this bench included (read
+        # now, not at the start), and the file is replaced whole, never seen half-written.
+        mine = {r["seed"] for r in rows}
+        kept = [r for r in _recorded(out) if not (ours(r) and r["seed"] in mine)]
+        tmp = out / f".host_seeds.{os.getpid()}.jsonl"
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept + rows))
+        os.replace(tmp, out / "host_seeds.jsonl")
         return rows, pending
 
+    train = args.seeds if args.train is None else args.train
+    if set(train) - set(args.seeds):
+        raise SystemExit(f"bench host: --train {train} names seeds outside --seeds "
+                         f"{args.seeds}; pass them in --seeds too")
     todo = []
-    for seed in args.seeds:
+    for seed in train:
         _claim(_seed_dir(work, args.config, seed), args.config, args.set, seed)
         if row(seed) is None:
             todo.append(seed)

@@ -66,9 +66,24 @@ def test_recorded_seeds_survive_a_lost_work_directory(tmp_path):
                                                   for r in [other, *mine]))
     args = SimpleNamespace(out=str(out), work=str(tmp_path / "gone"), parallel=1, pin=False,
                            cores=None, seeds=[0, 1], config=config,
-                           set=["total_timesteps=300000"], timeout=10, devices=1)
+                           set=["total_timesteps=300000"], timeout=10, devices=1, train=None)
     rows, md = bench_host(args)                       # nothing to train: no process started
     assert [r["final_eval"] for r in rows] == [6000.0, 6001.0]
     assert "| 2 | 6000.5 [" in md and "Trained on: seeds [0, 1]: not recorded" in md
     kept = [json.loads(line) for line in (out / "host_seeds.jsonl").read_text().splitlines()]
     assert kept == [other, *mine]
+
+
+def test_train_picks_seeds_and_the_table_still_covers_every_seed(tmp_path):
+    """--train []: nothing trains, what is recorded or finished is tabulated, the rest pending;
+    a seed another command finished in the shared --work counts."""
+    from benches.host import bench_host
+    config = "configs/mujoco_halfcheetah_sac.yaml"
+    _run(tmp_path / "work", "completed")            # seed 3 finished in --work
+    args = SimpleNamespace(out=str(tmp_path / "out"), work=str(tmp_path / "work"), parallel=1,
+                           pin=False, cores=None, seeds=[3, 4], config=config, set=[],
+                           timeout=10, devices=1, train=[])
+    rows, md = bench_host(args)
+    assert [r["seed"] for r in rows] == [3] and "seeds [4]" in md
+    with pytest.raises(SystemExit, match="--train \\[5\\] names seeds outside --seeds"):
+        bench_host(SimpleNamespace(**{**vars(args), "train": [5]}))
