@@ -8,7 +8,9 @@
 # ~10 min on 2 cores; PYTHON defaults to .venv/bin/python of this checkout.
 set -u
 HERE=$(cd "$(dirname "$0")/.." && pwd)
-SRC=$(cd "$1" && pwd); OUT=$(realpath -m "$2"); shift 2
+[ $# -ge 2 ] || { echo "usage: $0 SRC_DIR OUT_FILE [NAME...]" >&2; exit 2; }
+SRC=$(cd "$1" && pwd) || { echo "fingerprints.sh: no directory $1" >&2; exit 2; }
+OUT=$(realpath -m "$2"); shift 2
 PY=${PYTHON:-$HERE/.venv/bin/python}
 ONLY=" $* "
 cd "$SRC"; : > "$OUT"
@@ -37,7 +39,7 @@ run ppo_host_mujoco configs/mujoco_inverted_pendulum.yaml --set total_timesteps=
 run gru_shared configs/cartpole_pomdp_gru.yaml --set total_timesteps=8192 $S --cpu-devices 2
 run gru_separate configs/cartpole_pomdp_gru.yaml --set total_timesteps=8192 ppo.network.shared=false $S --cpu-devices 2
 run lstm configs/cartpole_pomdp_gru.yaml --set total_timesteps=8192 ppo.network.cell=lstm $S
-run population configs/cartpole.yaml --set total_timesteps=8192 population.seeds=[0,1,2] $S --cpu-devices 2
+run population configs/cartpole.yaml --set total_timesteps=8192 'population.seeds=[0,1,2]' $S --cpu-devices 2
 O="total_timesteps=3000 updates_per_call=500 $S"
 run sac_gymnax configs/pendulum_sac.yaml --set num_envs=2 sac.buffer_shards=2 $O --cpu-devices 2
 run td3_gymnax configs/mujoco_halfcheetah_td3.yaml --set env=Pendulum-v1 td3.learning_starts=1000 \

@@ -20,8 +20,10 @@ leave one idle."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import sys
 import signal
 import subprocess
 import tempfile
@@ -117,39 +119,53 @@ def bench_host(args) -> tuple[list[dict], str]:
     here = f"{here['cpu']}{' (AVX-512)' if here['avx512'] else ''}, {here['cores']} cores"
     exits: dict[int, int] = {}
 
-    def row(seed: int) -> dict | None:
+    def row(seed: int, recorded: dict[int, dict]) -> dict | None:
+        """A result (its run directory's, else the record's), or None: train it."""
         run_dir = _seed_dir(work, args.config, seed)
         result = _result(run_dir)
-        if result is None and exits.get(seed) not in (None, 0, 75):   # 75: saved and stopped
-            result = {"status": f"exit {exits[seed]} (see its .log)", "final_eval": None,
-                      "sps": None, "eval_curve": [], "failed": True}
-        if result is None:   # read now: another command's seeds of this bench may have ended
-            return {r["seed"]: r for r in _recorded(out) if ours(r)}.get(seed)
+        if result is None:
+            return recorded.get(seed)
+        machine_ = recorded.get(seed, {}).get("machine", here)   # where it trained
         return {"config": args.config, "sets": list(args.set), "seed": seed,
-                "run_dir": str(run_dir), "machine": here, **result}
+                "run_dir": str(run_dir), "machine": machine_, **result}
 
     def write_rows() -> tuple[list[dict], list[int]]:
-        rows, pending = [], []
-        for seed in args.seeds:
-            r = row(seed)
-            (rows.append(r) if r is not None else pending.append(seed))
-        # Nothing recorded is dropped, another command's seeds of this bench included (read
-        # now, not at the start), and the file is replaced whole, never seen half-written.
-        mine = {r["seed"] for r in rows}
-        kept = [r for r in _recorded(out) if not (ours(r) and r["seed"] in mine)]
-        tmp = out / f".host_seeds.{os.getpid()}.jsonl"
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in kept + rows))
-        os.replace(tmp, out / "host_seeds.jsonl")
+        """Record every ended seed; the two commands of `--train` share the file, so it is
+        read and replaced under a lock, nothing recorded is dropped (other seeds and overrides
+        included), and it is replaced whole, never seen half-written. A run that exited
+        without a result (a crash, a kill) is reported, not recorded: the next sitting
+        retries it."""
+        with open(out / ".host_seeds.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            before = _recorded(out)
+            recorded = {r["seed"]: r for r in before if ours(r)}
+            rows, pending = [], []
+            for seed in args.seeds:
+                r = row(seed, recorded)
+                (rows.append(r) if r is not None else pending.append(seed))
+            mine = {r["seed"] for r in rows}
+            kept = [r for r in before if not (ours(r) and r["seed"] in mine)]
+            tmp = out / f".host_seeds.{os.getpid()}.jsonl"
+            tmp.write_text("".join(json.dumps(r) + "\n" for r in kept + rows))
+            os.replace(tmp, out / "host_seeds.jsonl")
+        for seed in list(pending):
+            if exits.get(seed) not in (None, 0, 75):               # 75: saved and stopped
+                pending.remove(seed)
+                rows.append({"seed": seed, "status": f"exit {exits[seed]} (see its .log)",
+                             "final_eval": None, "sps": None, "eval_curve": [],
+                             "failed": True})
+        rows.sort(key=lambda r: args.seeds.index(r["seed"]))
         return rows, pending
 
-    train = args.seeds if args.train is None else args.train
+    train = list(dict.fromkeys(args.seeds if args.train is None else args.train))
     if set(train) - set(args.seeds):
         raise SystemExit(f"bench host: --train {train} names seeds outside --seeds "
                          f"{args.seeds}; pass them in --seeds too")
+    _, pending = write_rows()
     todo = []
     for seed in train:
         _claim(_seed_dir(work, args.config, seed), args.config, args.set, seed)
-        if row(seed) is None:
+        if seed in pending:
             todo.append(seed)
     running: dict[int, tuple[subprocess.Popen, int | None, float]] = {}
     stopping = []
@@ -191,9 +207,10 @@ def bench_host(args) -> tuple[list[dict], str]:
         for s, handler in old.items():
             signal.signal(s, handler)
     rows, pending = write_rows()
-    if stopping:
-        raise SystemExit(f"bench host: stopped; seeds {pending} saved checkpoints in {work}: "
-                         f"run the same command again to resume them")
+    if stopping:   # exit 75, as a stopped run's: a queue of benches stops, not goes on
+        print(f"bench host: stopped; seeds {pending} saved checkpoints in {work}: run the "
+              f"same command again to resume them", file=sys.stderr)
+        raise SystemExit(75)
     return rows, _table(args, rows, pending)
 
 
@@ -226,7 +243,8 @@ def _table(args, rows: list[dict], pending: list[int]) -> str:
                    for s in steps) + " |"]
     machines = {}
     for r in rows:
-        machines.setdefault(r.get("machine", "not recorded"), []).append(r["seed"])
+        if r["final_eval"] is not None:
+            machines.setdefault(r.get("machine", "not recorded"), []).append(r["seed"])
     if len(machines) > 1 or "not recorded" in machines:   # seeds of earlier sittings (a record)
         md += ["", "Trained on: " + "; ".join(f"seeds {s}: {m}" for m, s in machines.items())]
     if pending:

@@ -51,10 +51,19 @@ def test_the_table_reports_seeds_ci_curve_and_what_is_pending(tmp_path):
     assert "| mean | 2750 | 5500 |" in md and "seeds [2]" in md
 
 
-def test_recorded_seeds_survive_a_lost_work_directory(tmp_path):
+def _no_training(monkeypatch):
+    import benches.host
+
+    def start(*_a, **_k):
+        raise AssertionError("bench host started a training run")
+    monkeypatch.setattr(benches.host, "_start", start)
+
+
+def test_recorded_seeds_survive_a_lost_work_directory(tmp_path, monkeypatch):
     """A seed in host_seeds.jsonl (committed) is not trained again when --work is gone (a fresh
     machine); rows of other seeds and overrides in the file are kept."""
     from benches.host import bench_host
+    _no_training(monkeypatch)
     out = tmp_path / "out"
     out.mkdir()
     config = "configs/mujoco_halfcheetah_sac.yaml"
@@ -74,10 +83,11 @@ def test_recorded_seeds_survive_a_lost_work_directory(tmp_path):
     assert kept == [other, *mine]
 
 
-def test_train_picks_seeds_and_the_table_still_covers_every_seed(tmp_path):
+def test_train_picks_seeds_and_the_table_still_covers_every_seed(tmp_path, monkeypatch):
     """--train []: nothing trains, what is recorded or finished is tabulated, the rest pending;
     a seed another command finished in the shared --work counts."""
     from benches.host import bench_host
+    _no_training(monkeypatch)
     config = "configs/mujoco_halfcheetah_sac.yaml"
     _run(tmp_path / "work", "completed")            # seed 3 finished in --work
     args = SimpleNamespace(out=str(tmp_path / "out"), work=str(tmp_path / "work"), parallel=1,
@@ -87,3 +97,28 @@ def test_train_picks_seeds_and_the_table_still_covers_every_seed(tmp_path):
     assert [r["seed"] for r in rows] == [3] and "seeds [4]" in md
     with pytest.raises(SystemExit, match="--train \\[5\\] names seeds outside --seeds"):
         bench_host(SimpleNamespace(**{**vars(args), "train": [5]}))
+
+
+def test_a_run_that_exits_without_a_result_is_reported_not_recorded(tmp_path, monkeypatch):
+    """A crash is in the table as failed but not in host_seeds.jsonl: the next sitting
+    retries it; a seed that ended is recorded with the machine it trained on."""
+    import benches.host
+    from benches.host import bench_host
+
+    class Crashed:
+        returncode = 3
+
+        def poll(self):
+            return 3
+    monkeypatch.setattr(benches.host, "_start", lambda *a, **k: Crashed())
+    config = "configs/mujoco_halfcheetah_sac.yaml"
+    _run(tmp_path / "work", "completed")            # seed 3 ended in --work
+    args = SimpleNamespace(out=str(tmp_path / "out"), work=str(tmp_path / "work"), parallel=1,
+                           pin=False, cores=None, seeds=[3, 4], config=config, set=[],
+                           timeout=10, devices=1, train=None)
+    rows, md = bench_host(args)
+    assert [(r["seed"], r["failed"]) for r in rows] == [(3, False), (4, True)]
+    assert "4: exit 3 (see its .log)" in md
+    recorded = [json.loads(line) for line in
+                (tmp_path / "out" / "host_seeds.jsonl").read_text().splitlines()]
+    assert [r["seed"] for r in recorded] == [3] and "cores" in recorded[0]["machine"]

@@ -32,12 +32,14 @@ job() {   # core name seed: train one seed of one bench (the table covers all th
   local core=$1 name=$2 seed=$3 spec config extra
   for spec in "${BENCHES[@]}"; do
     [ "${spec%%|*}" = "$name" ] || continue
-    config=$(echo "$spec" | cut -d'|' -f2); extra=$(echo "$spec" | cut -d'|' -f3)
-    # shellcheck disable=SC2086  # $extra: zero or more --set words
-    "${PYTHON:-python}" -m benches host --config "$config" "${COMMON[@]}" $extra \
+    config=$(echo "$spec" | cut -d'|' -f2)
+    read -ra extra <<< "$(echo "$spec" | cut -d'|' -f3)"   # zero or more --set words
+    "${PYTHON:-python}" -m benches host --config "$config" "${COMMON[@]}" "${extra[@]}" \
       --train "$seed" --cores "$core" \
       --out "docs/bench/mujoco_300k/$name" --work "$WORK/$name"
+    return $?
   done
+  echo "run.sh: no bench named $name" >&2; return 2
 }
 JOBS=()
 for spec in "${BENCHES[@]}"; do
@@ -50,13 +52,14 @@ done
   "halfcheetah_crossq_256 2" "hopper_sac 1" "hopper_sac 2" "${JOBS[@]}")
 CLAIMS=$(mktemp -d)
 worker() {   # core: take the next unclaimed job until none is left or one is stopped
-  local core=$1 j
+  local core=$1 j rc
   for j in "${JOBS[@]}"; do
     mkdir "$CLAIMS/${j// /_}" 2>/dev/null || continue
-    job "$core" $j || return 0       # stopped (SIGTERM) or an error: this worker ends
-  done
+    rc=0; job "$core" $j || rc=$?
+    if [ $rc = 75 ]; then return 0; fi   # stopped (SIGTERM: the run checkpointed); a
+  done                                   # failed seed (rc 1, in its table) goes on
 }
 if [ -n "$ONLY" ]; then worker 0; exit 0; fi
-trap 'pkill -TERM -f "m benches host"; wait' TERM INT
+trap 'pkill -TERM -f "m benches host --config .* --out docs/bench/mujoco_300k/"; wait' TERM INT
 worker 0 & worker 1 & wait
 rm -rf "$CLAIMS"
