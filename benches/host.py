@@ -10,9 +10,9 @@ checkpointing as its config says; running the same command again takes the finis
 results from their run directories and resumes the others from their checkpoints
 (``--resume``: the replay included, exact). Every finished seed's row is written to
 ``<out>/host_seeds.jsonl`` as it ends, and a seed recorded there for the same config and
-overrides is not trained again: commit that file and a bench survives losing ``--work`` (a fresh
-machine), only the seeds then unfinished start over. SIGTERM or Ctrl-C stops every run at its next call
-boundary with a checkpoint. ``--parallel N`` trains N seeds at once; ``--pin`` puts each on its
+overrides is not trained again: commit that file and a bench survives losing ``--work`` (a
+fresh machine), only the seeds then unfinished start over. SIGTERM or Ctrl-C stops every run at
+its next call boundary with a checkpoint. ``--parallel N`` trains N seeds at once; ``--pin`` puts each on its
 own core with one XLA:CPU compute thread (two 256x256 SAC runs on 2 cores: ~40 env steps/s
 each, where one run alone on both cores makes 33-49); ``--cores C..`` picks the cores, so two
 benches side by side keep both cores of a 2-core machine busy where one bench's last seed would
@@ -114,7 +114,10 @@ def bench_host(args) -> tuple[list[dict], str]:
     if args.pin and parallel > len(cores):
         raise SystemExit(f"bench host: --parallel {parallel} --pin needs {parallel} cores; "
                          f"this process may use {len(cores)}")
-    ours = lambda r: r.get("config") == args.config and r.get("sets") == list(args.set)  # noqa: E731
+
+    def ours(r: dict) -> bool:   # a row of this bench (config and overrides)
+        return r.get("config") == args.config and r.get("sets") == list(args.set)
+
     here = machine()
     here = f"{here['cpu']}{' (AVX-512)' if here['avx512'] else ''}, {here['cores']} cores"
     exits: dict[int, int] = {}
