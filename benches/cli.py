@@ -45,7 +45,7 @@ import sys
 import time
 from pathlib import Path
 
-from benches.common import CARTPOLE, SOLVED_RETURN, machine
+from benches.common import CARTPOLE, SOLVED_RETURN, describe, machine
 
 # subcommand -> (module of benches, its function), imported only when it runs
 BENCHES = {
@@ -150,8 +150,7 @@ def main(argv: list[str] | None = None) -> int:
             else f"one run per seed ({len(args.seeds)} seeds) per trainer and device count"
             if args.what == "brax" else f"one run per seed ({len(args.seeds)} seeds)"
             if args.what == "host" else f"{args.repeats} repeat(s)")
-    header = (f"{args.what}: {m['cpu']}{' (AVX-512)' if m['avx512'] else ''}, "
-              f"{m['cores']} cores, Python {m['python']}, jax "
+    header = (f"{args.what}: {describe(m)}, Python {m['python']}, jax "
               f"{m['jax']}; {runs}; `python -m benches "
               f"{' '.join(record['argv'])}` ({started})\n\n")
     (args.out / f"{args.what}.md").write_text(header + table + "\n")

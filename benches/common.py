@@ -67,6 +67,11 @@ def machine() -> dict[str, Any]:
             "platform": platform.platform()}
 
 
+def describe(m: dict[str, Any]) -> str:
+    """A machine() in words: the CPU, whether it has AVX-512, the cores."""
+    return f"{m['cpu']}{' (AVX-512)' if m['avx512'] else ''}, {m['cores']} cores"
+
+
 def _clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
     env.update(extra)

@@ -12,9 +12,10 @@ results from their run directories and resumes the others from their checkpoints
 ``<out>/host_seeds.jsonl`` as it ends, and a seed recorded there for the same config and
 overrides is not trained again: commit that file and a bench survives losing ``--work`` (a
 fresh machine), only the seeds then unfinished start over. SIGTERM or Ctrl-C stops every run at
-its next call boundary with a checkpoint. ``--parallel N`` trains N seeds at once; ``--pin`` puts each on its
-own core with one XLA:CPU compute thread (two 256x256 SAC runs on 2 cores: ~40 env steps/s
-each, where one run alone on both cores makes 33-49); ``--cores C..`` picks the cores, so two
+its next call boundary with a checkpoint. ``--parallel N`` trains N seeds at once; ``--pin``
+puts each on its own core with one XLA:CPU compute thread (two 256x256 SAC runs on 2 cores:
+~40 env steps/s each, where one run alone on both cores makes 33-49; ~170 each on a CPU with
+AVX-512); ``--cores C..`` picks the cores, so two
 benches side by side keep both cores of a 2-core machine busy where one bench's last seed would
 leave one idle."""
 
@@ -23,16 +24,16 @@ from __future__ import annotations
 import fcntl
 import json
 import os
-import sys
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
 
-from benches.common import XLA_ENV, _clean_env, machine, run_command, train_cmd
+from benches.common import XLA_ENV, _clean_env, describe, machine, run_command, train_cmd
 from jaxrl_dist.population import bootstrap_ci, iqm
 
 DONE = ("completed", "solved")     # a run's summary status that ends it
@@ -118,8 +119,7 @@ def bench_host(args) -> tuple[list[dict], str]:
     def ours(r: dict) -> bool:   # a row of this bench (config and overrides)
         return r.get("config") == args.config and r.get("sets") == list(args.set)
 
-    here = machine()
-    here = f"{here['cpu']}{' (AVX-512)' if here['avx512'] else ''}, {here['cores']} cores"
+    here = describe(machine())
     exits: dict[int, int] = {}
 
     def row(seed: int, recorded: dict[int, dict]) -> dict | None:
