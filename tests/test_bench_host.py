@@ -122,3 +122,23 @@ def test_a_run_that_exits_without_a_result_is_reported_not_recorded(tmp_path, mo
     recorded = [json.loads(line) for line in
                 (tmp_path / "out" / "host_seeds.jsonl").read_text().splitlines()]
     assert [r["seed"] for r in recorded] == [3] and "cores" in recorded[0]["machine"]
+
+
+def test_re_tabulating_what_is_recorded_leaves_the_files_as_they_are(tmp_path, monkeypatch):
+    """`bench host` with every seed recorded rewrites neither host.md nor host.json (their
+    header's command and date stay those of the sitting that trained); a new row rewrites."""
+    from benches.cli import main
+    _no_training(monkeypatch)
+    out = tmp_path / "out"
+    out.mkdir()
+    config = "configs/mujoco_halfcheetah_sac.yaml"
+    row = {"config": config, "sets": [], "seed": 0, "final_eval": 6000.0, "sps": 40.0,
+           "status": "completed", "eval_curve": [[300000, 6000.0]], "failed": False}
+    (out / "host_seeds.jsonl").write_text(json.dumps(row) + "\n")
+    argv = ["host", "--config", config, "--seeds", "0", "--out", str(out),
+            "--work", str(tmp_path / "gone")]
+    assert main(argv) == 0
+    (out / "host.md").write_text("the first sitting's table\n")
+    assert main(argv) == 0 and (out / "host.md").read_text() == "the first sitting's table\n"
+    (out / "host_seeds.jsonl").write_text(json.dumps({**row, "final_eval": 7000.0}) + "\n")
+    assert main(argv) == 0 and "7000.0" in (out / "host.md").read_text()
