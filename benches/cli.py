@@ -132,13 +132,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _unchanged(path: Path, rows: list[dict]) -> bool:
-    """Whether ``path`` already records these rows: a bench that only re-tabulates what is
-    recorded (``bench host`` with every seed trained) leaves its files, and their header's
-    command and date, as they are."""
+def _unchanged(out: Path, what: str, rows: list[dict], table: str) -> bool:
+    """Whether ``out`` already holds these rows (``<what>.json``) and this table
+    (``<what>.md`` below its header): a bench that only re-tabulates what is recorded
+    (``bench host`` with every seed trained) leaves its files, and their header's command,
+    machine and date (those of the sitting that measured), as they are."""
     try:
-        return json.loads(path.read_text())["rows"] == json.loads(json.dumps(rows))
-    except (OSError, ValueError, KeyError, TypeError):
+        old = json.loads((out / f"{what}.json").read_text())["rows"]
+        body = (out / f"{what}.md").read_text().split("\n\n", 1)[1]
+        return (json.dumps(old, sort_keys=True) == json.dumps(rows, sort_keys=True)
+                and body == table + "\n")
+    except (OSError, ValueError, KeyError, TypeError, IndexError):
         return False
 
 
@@ -150,8 +154,8 @@ def main(argv: list[str] | None = None) -> int:
     fn = getattr(importlib.import_module(f"benches.{module}"), name)
     rows, table = fn(args)
     args.out.mkdir(parents=True, exist_ok=True)
-    if _unchanged(args.out / f"{args.what}.json", rows):
-        print(table + f"\n\n(the same rows as {args.out}/{args.what}.json: left as it is)")
+    if _unchanged(args.out, args.what, rows, table):
+        print(table + f"\n\n(what {args.out}/{args.what}.md already holds: left as it is)")
         return 1 if any(row.get("failed") for row in rows) else 0
     record = {"what": args.what, "started": started, "machine": machine(),
               "argv": sys.argv[1:] if argv is None else argv, "repeats": args.repeats,

@@ -126,7 +126,8 @@ def test_a_run_that_exits_without_a_result_is_reported_not_recorded(tmp_path, mo
 
 def test_re_tabulating_what_is_recorded_leaves_the_files_as_they_are(tmp_path, monkeypatch):
     """`bench host` with every seed recorded rewrites neither host.md nor host.json (their
-    header's command and date stay those of the sitting that trained); a new row rewrites."""
+    header's command and date stay those of the sitting that trained) and exits as it would
+    have (1: a failed seed); a new row, a new pending seed or a lost host.md rewrites both."""
     from benches.cli import main
     _no_training(monkeypatch)
     out = tmp_path / "out"
@@ -134,11 +135,19 @@ def test_re_tabulating_what_is_recorded_leaves_the_files_as_they_are(tmp_path, m
     config = "configs/mujoco_halfcheetah_sac.yaml"
     row = {"config": config, "sets": [], "seed": 0, "final_eval": 6000.0, "sps": 40.0,
            "status": "completed", "eval_curve": [[300000, 6000.0]], "failed": False}
-    (out / "host_seeds.jsonl").write_text(json.dumps(row) + "\n")
-    argv = ["host", "--config", config, "--seeds", "0", "--out", str(out),
+    failed = {**row, "seed": 1, "final_eval": float("nan"), "status": "diverged",
+              "failed": True}
+    (out / "host_seeds.jsonl").write_text(json.dumps(row) + "\n" + json.dumps(failed) + "\n")
+    argv = ["host", "--config", config, "--seeds", "0", "1", "--out", str(out),
             "--work", str(tmp_path / "gone")]
-    assert main(argv) == 0
-    (out / "host.md").write_text("the first sitting's table\n")
-    assert main(argv) == 0 and (out / "host.md").read_text() == "the first sitting's table\n"
+    assert main(argv) == 1
+    (out / "host.md").write_text((out / "host.md").read_text().replace("host:", "first:", 1))
+    md, js = (out / "host.md").read_text(), (out / "host.json").read_bytes()
+    assert main(argv) == 1                                      # the same rows and table
+    assert (out / "host.md").read_text() == md and (out / "host.json").read_bytes() == js
+    assert main([*argv[:6], "2", *argv[6:], "--train"]) == 1   # seed 2 pending: rewritten
+    assert "seeds [2]" in (out / "host.md").read_text()
+    (out / "host.md").unlink()
+    assert main(argv) == 1 and (out / "host.md").read_text().startswith("host:")
     (out / "host_seeds.jsonl").write_text(json.dumps({**row, "final_eval": 7000.0}) + "\n")
-    assert main(argv) == 0 and "7000.0" in (out / "host.md").read_text()
+    assert main(argv[:5] + argv[6:]) == 0 and "7000.0" in (out / "host.md").read_text()
