@@ -154,9 +154,10 @@ def main(argv: list[str] | None = None) -> int:
     fn = getattr(importlib.import_module(f"benches.{module}"), name)
     rows, table = fn(args)
     args.out.mkdir(parents=True, exist_ok=True)
+    status = 1 if any(row.get("failed") for row in rows) else 0
     if _unchanged(args.out, args.what, rows, table):
         print(table + f"\n\n(what {args.out}/{args.what}.md already holds: left as it is)")
-        return 1 if any(row.get("failed") for row in rows) else 0
+        return status
     record = {"what": args.what, "started": started, "machine": machine(),
               "argv": sys.argv[1:] if argv is None else argv, "repeats": args.repeats,
               "rows": rows}
@@ -172,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{' '.join(record['argv'])}` ({started})\n\n")
     (args.out / f"{args.what}.md").write_text(header + table + "\n")
     print(header + table)
-    return 1 if any(row.get("failed") for row in rows) else 0
+    return status
 
 
 if __name__ == "__main__":
