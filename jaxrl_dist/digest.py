@@ -8,9 +8,11 @@ checkpoint saved on one mesh verifies when restored on another. Only those words
 the host, never a second copy of a large buffer. Because the finaliser is a bijection, a change
 to any ONE element always changes the sum; other damage escapes with probability 2**-32.
 
-XLA compiles one small kernel per array (about 30-70 ms each on a 2-core VM, whatever the
-array's size), so :func:`prepare` compiles the program from the state's shapes while the run's
-own programs compile, and the first save does not wait for it.
+Hashed one by one, XLA compiles one small kernel per array (about 30-70 ms each on a 2-core VM,
+whatever the array's size): small unsharded arrays (parameters, optimiser moments) are hashed
+together instead (SAC on Pendulum's 75 arrays: 0.78 -> 0.40 s on one core), and
+:func:`prepare` compiles the program from the state's shapes while the run's own programs
+compile, so the first save does not wait for it.
 """
 
 from __future__ import annotations
@@ -106,9 +108,61 @@ def _slab_axis(x: Any) -> int | None:
     return max(free, key=lambda i: x.shape[i]) if free else None
 
 
-def _sums(leaves: list[jax.Array], axes: tuple[int | None, ...]) -> jax.Array:
-    """One checksum per array, stacked: [len(leaves)] uint32."""
-    return jnp.stack([_checksum(x, axis) for x, axis in zip(leaves, axes)])
+def _packable(x: Any) -> bool:
+    """A small array every device holds whole: hashed together with the others like it."""
+    sharding = getattr(x, "sharding", None)
+    return (int(np.prod(x.shape)) <= _CHUNK
+            and (sharding is None or sharding.is_fully_replicated))
+
+
+_BLOCK = 512   # elements per row of the packed arrays
+
+
+def _packed(leaves: list[jax.Array]) -> jax.Array:
+    """The checksums of small unsharded arrays, the same words as :func:`_checksum`'s: each
+    array's words flattened (row-major: an element's position is its flat index) and padded
+    to whole rows of ``_BLOCK``, all rows stacked, each element's position found from its
+    row's first element's, the padding masked out, and the scrambled words summed per row, then
+    per array (small per-row constants say which): far fewer kernels than one per array."""
+    rows, first, valid, owner = [], [], [], []
+    for i, x in enumerate(leaves):
+        words = _words(x).reshape(-1)
+        n = words.shape[0]
+        count = -(-n // _BLOCK)
+        rows.append(jnp.pad(words, (0, count * _BLOCK - n)))
+        first += [r * _BLOCK for r in range(count)]
+        valid += [min(_BLOCK, n - r * _BLOCK) for r in range(count)]
+        owner += [i] * count
+    if not owner:
+        return jnp.zeros(len(leaves), jnp.uint32)
+    words = jnp.concatenate(rows).reshape(-1, _BLOCK)
+    column = lax.broadcasted_iota(jnp.uint32, words.shape, 1)
+    position = jnp.asarray(np.asarray(first, np.uint32))[:, None] + column
+    hashed = _fmix32(words + position * jnp.uint32(_GOLDEN))
+    hashed = jnp.where(column < jnp.asarray(np.asarray(valid, np.uint32))[:, None], hashed, 0)
+    return jax.ops.segment_sum(jnp.sum(hashed, axis=1, dtype=jnp.uint32),
+                               np.asarray(owner, np.int32), num_segments=len(leaves),
+                               indices_are_sorted=True)
+
+
+def _sums(leaves: list[jax.Array], axes: tuple[int | None, ...],
+          packed: tuple[bool, ...]) -> jax.Array:
+    """One checksum per array, stacked: [len(leaves)] uint32 (the ``packed`` ones hashed
+    together by :func:`_packed`, in groups of at most ``_CHUNK`` elements)."""
+    groups, size = [], 0   # at most _CHUNK elements a group: a bounded copy of them
+    for i in (i for i, p in enumerate(packed) if p):
+        n = int(np.prod(leaves[i].shape))
+        if not groups or size + n > _CHUNK:
+            groups.append([])
+            size = 0
+        groups[-1].append(i)
+        size += n
+    where = {}
+    for group in groups:
+        sums = _packed([leaves[i] for i in group])
+        where.update({i: sums[k] for k, i in enumerate(group)})
+    return jnp.stack([where[i] if i in where else _checksum(x, axis)
+                      for i, (x, axis) in enumerate(zip(leaves, axes))])
 
 
 _compiled: dict[tuple, Future] = {}   # signature of the arrays -> compiled checksum
@@ -132,8 +186,10 @@ def _program(leaves: list[Any], placement: Any):
     if mine:
         try:
             axes = tuple(_slab_axis(x) for x in leaves)
-            pending.set_result(jax.jit(_sums, static_argnames="axes", out_shardings=placement)
-                               .lower(leaves, axes=axes).compile())
+            packed = tuple(_packable(x) for x in leaves)
+            pending.set_result(jax.jit(_sums, static_argnames=("axes", "packed"),
+                                       out_shardings=placement)
+                               .lower(leaves, axes=axes, packed=packed).compile())
         except BaseException as e:
             with _lock:
                 del _compiled[key]

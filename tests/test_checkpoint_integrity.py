@@ -175,6 +175,55 @@ def test_the_digest_is_the_same_on_any_mesh_and_sees_any_one_element():
     assert digest.mismatches(one, digest.digests({"state": swapped})["state"]) == ["n"]
 
 
+def _reference_digest(x) -> str:
+    """fmix32-sum-v1 in numpy, element by element: what every checkpoint since it records."""
+    x = np.asarray(jax.random.key_data(x) if jnp.issubdtype(x.dtype, jax.dtypes.prng_key)
+                   else x)
+    if x.dtype == np.bool_:
+        words = x.astype(np.uint32)
+    elif x.dtype.itemsize >= 4:
+        words = x.view(np.uint32)   # 8-byte elements: two words each, the low one first
+    else:
+        words = x.view({1: np.uint8, 2: np.uint16}[x.dtype.itemsize]).astype(np.uint32)
+    h = words.reshape(-1).astype(np.uint64)
+    h = (h + np.arange(h.size, dtype=np.uint64) * 0x9E3779B9) % 2**32
+    h ^= h >> 16
+    h = h * 0x85EBCA6B % 2**32
+    h ^= h >> 13
+    h = h * 0xC2B2AE35 % 2**32
+    h ^= h >> 16
+    return f"{int(h.sum() % 2**32):08x}"
+
+
+def test_the_digest_words_are_the_recorded_algorithms_however_the_arrays_are_grouped(
+        monkeypatch):
+    """Small unsharded arrays are hashed together (one kernel for many instead of one each),
+    large ones a slab at a time, sharded ones each on its own: every word is still the one
+    fmix32-sum-v1 defines, so checkpoints saved before the grouping verify after it."""
+    from jax.sharding import NamedSharding, PartitionSpec
+
+    key = jax.random.PRNGKey(5)
+    tree = {"w": jax.random.normal(key, (7, 130)), "n": jnp.arange(1500, dtype=jnp.int32),
+            "s": jnp.float32(2.5), "empty": jnp.zeros((0, 3)), "b": jnp.array([True, False]),
+            "h": jnp.ones((3, 5), jnp.bfloat16), "u": jnp.arange(9, dtype=jnp.uint8),
+            "k": jax.random.PRNGKey(1), "big": jax.random.normal(key, (4, 300)),
+            "v": jnp.linspace(0.0, 1.0, 200)}
+    expected = {name: _reference_digest(x) for name, x in tree.items()}
+    monkeypatch.setattr(digest, "_compiled", {})
+    assert digest._packable(tree["w"]) and digest.digests({"s": tree})["s"] == expected
+    monkeypatch.setattr(digest, "_CHUNK", 1024)   # "big" and "n" in slabs, the rest in 2 groups
+    monkeypatch.setattr(digest, "_compiled", {})
+    assert not digest._packable(tree["big"])
+    assert digest.digests({"s": tree})["s"] == expected
+    mesh = jax.make_mesh((2,), ("data",), devices=jax.devices()[:2])
+    def put(x, *spec):
+        return jax.device_put(x, NamedSharding(mesh, PartitionSpec(*spec)))
+    sharded = {**tree, "w": put(tree["w"]), "b": put(tree["b"], "data"),
+               "big": put(tree["big"], "data")}
+    assert digest._packable(sharded["w"]) and not digest._packable(sharded["b"])
+    assert digest.digests({"s": sharded})["s"] == expected
+
+
 def test_a_large_array_is_hashed_a_slab_at_a_time_to_the_same_digest(monkeypatch):
     """Arrays over ``digest._CHUNK`` elements are hashed one slab of an unsharded axis at a
     time (a replay of Atari frames hashed whole took 4x its size): the same words, sharded or
