@@ -11,6 +11,7 @@ algorithm (from the registry, :mod:`jaxrl_dist.agents`) into them.
 from __future__ import annotations
 
 import dataclasses
+import threading
 from typing import Any, Callable, NamedTuple
 
 import jax
@@ -416,9 +417,18 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
 
     learn_next = jax.jit(learn_next_smap, donate_argnums=(0, 1), **placed)
 
+    abstract: list[RunState] = []   # traced once: the checkpoint's digest thread asks too
+    abstract_lock = threading.Lock()
+
     def abstract_state() -> RunState:
         """What init() returns, as ShapeDtypeStructs with shardings: lets the update program
         compile without (and concurrently with) running init."""
+        with abstract_lock:
+            if not abstract:
+                abstract.append(_abstract_state())
+            return abstract[0]
+
+    def _abstract_state() -> RunState:
         lead = (layout.members,) if layout.members else ()
         key = jax.ShapeDtypeStruct((*lead, 2), jnp.uint32)
         swept = {name: jax.ShapeDtypeStruct(lead, jnp.float32) for name in settings.swept}
