@@ -10,7 +10,7 @@ to any ONE element always changes the sum; other damage escapes with probability
 
 Hashed one by one, XLA compiles one small kernel per array (about 30-70 ms each on a 2-core VM,
 whatever the array's size): small unsharded arrays (parameters, optimiser moments) are hashed
-together instead (SAC on Pendulum's 75 arrays: 0.78 -> 0.40 s on one core), and
+together instead (SAC on Pendulum's 75 arrays: 0.78 -> 0.44 s on one core), and
 :func:`prepare` compiles the program from the state's shapes while the run's own programs
 compile, so the first save does not wait for it.
 """
