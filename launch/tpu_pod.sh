@@ -4,7 +4,8 @@
 #   TPU_NAME=my-v5p-64 ZONE=us-east5-a bash launch/tpu_pod.sh configs/cartpole.yaml [args...]
 # The repository must be checked out at the same path on every host, with
 #   pip install -c constraints.txt -e '.[tpu]'
-# and RUN_DIR on storage every host sees (an NFS/Filestore or gcsfuse mount).
+# and RUN_DIR on storage every host sees (an NFS/Filestore or gcsfuse mount). PYTHON is the
+# interpreter on the hosts (default: the README's venv, REPO_DIR/.venv).
 set -euo pipefail
 
 CONFIG=${1:?usage: TPU_NAME=... ZONE=... bash launch/tpu_pod.sh CONFIG [trainer args...]}
@@ -12,6 +13,7 @@ shift
 : "${TPU_NAME:?set TPU_NAME}" "${ZONE:?set ZONE}"
 REPO_DIR=${REPO_DIR:-\~/jaxrl_dist}
 RUN_DIR=${RUN_DIR:-/mnt/shared/runs/$TPU_NAME-$(date +%Y%m%d-%H%M%S)}
+PYTHON=${PYTHON:-.venv/bin/python}
 
 gcloud compute tpus tpu-vm ssh "$TPU_NAME" --zone "$ZONE" --worker=all --command \
-  "cd $REPO_DIR && .venv/bin/python -m jaxrl_dist.launch --auto $CONFIG --run-dir $RUN_DIR $*"
+  "cd $REPO_DIR && $PYTHON -m jaxrl_dist.launch --auto $CONFIG --run-dir $RUN_DIR $*"

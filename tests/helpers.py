@@ -233,3 +233,13 @@ def acting_agent(spec, dist_fn, keep_final_obs=True):
                  noise=lambda key, t: action_noise(key, spec.continuous, (t, spec.action_dim)),
                  act=act, env_action=lambda a: a, learn=None, policy=None, policy_params=None,
                  metrics={}, steps_per_env=0, keep_final_obs=keep_final_obs)
+
+
+def at_training_flags(check: str, timeout: int = 240) -> dict:
+    """``tests/at_training_flags.py``'s ``check``, run in a subprocess with the trainer's XLA
+    flags (not the suite's -O0 ones): its JSON result."""
+    env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "JAX_PLATFORMS")}
+    proc = subprocess.run([sys.executable, str(Path(__file__).parent / "at_training_flags.py"),
+                           check], env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])

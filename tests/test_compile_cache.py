@@ -6,7 +6,7 @@ from pathlib import Path
 import jax
 import pytest
 
-from helpers import TINY
+from helpers import TINY, at_training_flags
 from jaxrl_dist import compile_cache
 from jaxrl_dist import config as config_lib
 from jaxrl_dist.errors import ConfigError
@@ -41,30 +41,15 @@ def test_auto_follows_environment(monkeypatch, tmp_path):
 
 
 @pytest.mark.timeout(300)
-def test_run_once_programs_compile_cheaper_to_bitwise_the_same_results(tiny_config):
+def test_run_once_programs_compile_cheaper_to_bitwise_the_same_results():
     """init and evaluation compile at the run-once options: the same state and returns as at
-    XLA's default level, on 2 devices (what the trainer relies on to use them)."""
-    from jaxrl_dist import sharding
-    from jaxrl_dist import sizes as sizes_lib
-    from jaxrl_dist.programs import make_learner
-    from jaxrl_dist.envs import from_config
-
-    layout = sharding.make_layout(jax.devices()[:2])
-    once = compile_cache.run_once_options(layout.mesh.devices.flat)
-    assert once == {"xla_backend_optimization_level": 1}
-    sizes = sizes_lib.derive_sizes(tiny_config, layout.data_size)
-    learner = make_learner(tiny_config, sizes, from_config(tiny_config, None, None), layout)
-    key = jax.random.PRNGKey(5)
-    init = learner.init_program.lower(key, {}, ())
-    states = [init.compile(options)(key, {}, ()) for options in (None, once)]
-    for a, b in zip(jax.tree.leaves(states[0]), jax.tree.leaves(states[1])):
-        assert (a == b).all()
-    state, _ = learner.update(states[0], 2)   # trained parameters: a non-trivial policy
-    evaluate = learner.evaluate.lower(state.train, key, ())
-    returns = [evaluate.compile(options)(state.train, key, ()) for options in (None, once)]
-    for name in returns[0]:
-        assert float(returns[0][name]) == float(returns[1][name]), name
-
+    XLA's default level, on 2 devices (what the trainer relies on to use them), checked at the
+    trainer's flags (the suite's -O0 is a third level: tests/at_training_flags.py)."""
+    result = at_training_flags("run_once_level")
+    assert result["options"] == {"xla_backend_optimization_level": 1}
+    assert result["init"] == []
+    for name, (default, once) in result["evaluation"].items():
+        assert default == once, name
 
 
 def test_unrolled_threefry_draws_bitwise_the_same_numbers():

@@ -22,9 +22,31 @@ CONFIGS = sorted(glob.glob("configs/*.yaml"))
 WITHIN_BUDGET = {"gymnax"}
 
 
+def needed_plugins(path: str) -> str:
+    """The plugin modules a config's header says to run it with (its ``JAXRL_DIST_PLUGINS=...``
+    run line, e.g. configs/gymnasium_cartpole_pomdp_gru.yaml's): a config whose environment a
+    plugin registers says so there, and this reads it."""
+    for line in open(path):
+        if not line.startswith("#"):
+            break
+        for word in line.split():
+            if word.startswith("JAXRL_DIST_PLUGINS="):
+                return word.split("=", 1)[1]
+    return ""
+
+
+def test_a_config_of_a_plugins_environment_names_the_plugin_in_its_header():
+    assert needed_plugins("configs/gymnasium_cartpole_pomdp_gru.yaml") == \
+        "examples.cartpole_no_velocity"
+    assert needed_plugins("configs/cartpole.yaml") == ""
+
+
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("path", CONFIGS)
-def test_shipped_config_trains_two_updates(path, tmp_path):
+def test_shipped_config_trains_two_updates(path, tmp_path, monkeypatch):
+    plugins = needed_plugins(path)
+    if plugins:   # a config never names code to import; its header's run line does
+        monkeypatch.setenv("JAXRL_DIST_PLUGINS", plugins)
     config = config_lib.load(path)
     suite = registry.parse(config.env)[0]
     if not registry.available(suite):

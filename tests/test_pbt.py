@@ -319,7 +319,14 @@ def test_pbt_resumes_exactly_after_kill_9(reference, tmp_path):
 
 @pytest.mark.timeout(600)
 @pytest.mark.slow
-def test_pbt_through_the_launcher_on_2_processes_x_2_devices(reference, tmp_path):
+def test_pbt_through_the_launcher_on_2_processes_x_2_devices(tmp_path):
+    """2 processes x 2 devices = 1 process x 4 devices, bitwise: the same members per device
+    (one), the same programs; only the transport of the collectives differs. Against 2 devices
+    (two members per device) the lineage is the same but parameters only to rounding: a device
+    holding ONE member compiles its vmap without the unit member axis (plain dots where two
+    members have batched ones), so it rounds otherwise; measured at the trainer's flags
+    (AVX-512 EPYC, 2026-11-28) 1 and 2 devices (4 and 2 members per device) bitwise, 4 devices
+    ~4e-8 relative in param_norm after 20 updates; at the suite's -O0 flags 9e-4."""
     run = tmp_path / "run"
     proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "2",
                          "configs/cartpole.yaml", *PBT_ARGS, "--run-dir", str(run)],
@@ -328,11 +335,11 @@ def test_pbt_through_the_launcher_on_2_processes_x_2_devices(reference, tmp_path
     ranks = summaries(run / "logs")
     assert ranks[0]["param_fingerprint"] == ranks[1]["param_fingerprint"]
     summary = json.loads((run / "summary.json").read_text())
-    # 4 devices (member axis 4) against 2 (member axis 2): the same parents, parameters to
-    # float tolerance (a device's vmap over 1 member rounds unlike one over 2)
-    assert summary["pbt"]["copies"] == reference["pbt"]["copies"]
-    for a, b in zip(summary["members"], reference["members"]):
-        assert a["param_norm"] == pytest.approx(b["param_norm"], rel=1e-5)
+    proc, _ = train_cli(tmp_path / "one", devices=4, args=PBT_ARGS)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one_process = json.loads((tmp_path / "one" / "summary.json").read_text())
+    assert summary["pbt"] == one_process["pbt"]
+    assert member_prints(summary) == member_prints(one_process)
 
 
 def test_a_run_too_short_for_a_round_trains(tmp_path):

@@ -77,7 +77,8 @@ def test_tpu_recipe_runs_the_auto_launcher_on_every_worker(tmp_path):
     _fake_bin(tmp_path, "gcloud", 'printf "%s\\n" "$@" > "$GCLOUD_LOG"\n')
     log = tmp_path / "gcloud.log"
     proc = subprocess.run(["bash", str(RECIPES / "tpu_pod.sh"), "configs/cartpole.yaml"],
-                          env=_path_env(tmp_path, TPU_NAME="pod", ZONE="z", GCLOUD_LOG=str(log)),
+                          env=_path_env(tmp_path, TPU_NAME="pod", ZONE="z", GCLOUD_LOG=str(log),
+                                        PYTHON=""),   # unset: the README's venv
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr
     args = log.read_text().splitlines()
@@ -99,7 +100,8 @@ def test_two_hosts_recipe_runs_on_localhost(tmp_path):
         ["bash", str(RECIPES / "two_hosts.sh"), "configs/cartpole.yaml", *TINY],
         env=_path_env(tmp_path, HOST0="127.0.0.1", HOST1="127.0.0.1",
                       PORT=str(launch.pick_free_port()), REPO_DIR=os.getcwd(),
-                      RUN_DIR=str(run), JAXRL_LAUNCH_CPU_DEVICES_PER_PROC="2"),
+                      RUN_DIR=str(run), JAXRL_LAUNCH_CPU_DEVICES_PER_PROC="2",
+                      PYTHON=sys.executable),   # the interpreter running this test
         capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = summaries(run / "logs")
