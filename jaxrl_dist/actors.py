@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_dist import distributed, keys, programs, rollout
-from jaxrl_dist.envs import EnvSpec, to_env_action
+from jaxrl_dist.envs import EnvError, EnvSpec, to_env_action
 from jaxrl_dist.envs.host import HostEnvs
 from jaxrl_dist.envs.pool import seeds_of
 from jaxrl_dist.evaluate import eval_action
@@ -180,6 +180,8 @@ class HostActors:
         except BaseException:   # no half-opened set of workers left behind
             self.close()
             raise
+        self.collected = updates_done   # rollouts collected so far (the next one's update)
+        self.float_obs = np.issubdtype(np.dtype(spec.obs_dtype), np.floating)
         env_key = keys.host_env_seeds_key(self.seed_key, updates_done)
         self.obs = self.envs.reset(self._seeds(env_key, self.start, self.stop))
         n = self.stop - self.start
@@ -306,6 +308,7 @@ class HostActors:
             # the environment's action: the packed tuple's last leaf (one array), as a view
             env_action = self._unpack.leaf(outputs, -1)[t]
             out = self.envs.step(env_action)
+            self._check_finite(out, keep_final, t)
             obs[t], reward[t], terminated[t], truncated[t] = (self.obs, out.reward,
                                                               out.terminated, out.truncated)
             if keep_final:
@@ -315,6 +318,7 @@ class HostActors:
                 if done.any():
                     self.carry = self._reset_carry(self.carry, initial, self._put(done))
             self.obs = out.obs
+        self.collected += 1
         finished_return, finished_length, self.episode_return, self.episode_length = \
             episode_sums(reward, terminated | truncated, self.episode_return,
                          self.episode_length)
@@ -329,6 +333,30 @@ class HostActors:
                                                     jax.device_get(first_carry)))
         return jax.make_array_from_process_local_data(
             self.obs_sharding, packed, (self.num_envs, packed.shape[1]))
+
+    def _check_finite(self, out: Any, keep_final: bool, t: int) -> None:
+        """Stop at an environment's non-finite output, before any of it is stored, learned
+        from or saved (a NaN observation would otherwise reach the replay or the normalisers,
+        and every later update would be skipped as non-finite): one line naming the
+        environment, where and what."""
+        parts = [("reward", out.reward)]
+        if self.float_obs:
+            parts += [("observation", out.obs)] + ([("final observation", out.final_obs)]
+                                                   if keep_final else [])
+        if all(np.isfinite(x).all() for _, x in parts):   # the per-step fast path
+            return
+        n = len(out.reward)
+        bad = {name: ~np.isfinite(x).reshape(n, -1).all(axis=1) for name, x in parts}
+        if "final observation" in bad:   # apart from the observation only where one ended
+            bad["final observation"] &= out.terminated | out.truncated
+        i = int(np.flatnonzero(np.logical_or.reduce(list(bad.values())))[0])
+        what = " and ".join(name for name, b in bad.items() if b[i])
+        raise EnvError(
+            f"{self.spec.name}: environment {self.start + i} (process "
+            f"{jax.process_index()}) returned a non-finite {what} at its env step "
+            f"{self.collected * self.T + t + 1} (update {self.collected + 1}); nothing of "
+            f"that update was learned or saved. Repair the environment, or end the episode "
+            f"there (terminated=True with a finite observation), then resume")
 
     def updates(self, n: int) -> Callable[[RunState], tuple[RunState, dict]]:
         """``n`` updates: collect on this process's environments, learn on the mesh."""

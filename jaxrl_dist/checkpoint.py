@@ -19,9 +19,12 @@ Checkpoints prove themselves: ``meta["digest"]`` records a checksum of every arr
 (:mod:`jaxrl_dist.digest`, computed on the devices that hold the arrays) and of the JSON record,
 and a restore recomputes them. A resume skips damaged checkpoints (unreadable, or not holding
 what was saved) for the newest intact one, names them, and moves checkpoints newer than the one
-it resumes from, as found, to ``<dir>_set_aside/``: never deleted or rewritten, out of orbax's
-rotation and out of the way of the run's own saves at those steps. A checkpoint without a digest
-(written before there was one) is restored unverified.
+it resumes from, as found, to ``<dir>_set_aside/``: never rewritten, out of orbax's rotation and
+out of the way of the run's own saves at those steps; only the newest ``keep_checkpoints`` of
+them stay there (each holds a whole replay). Checkpoints record their format (``FORMAT``): one
+written before digests existed (no format recorded, no digest) is restored unverified; one of
+this format whose digest record is missing, or names an algorithm this version does not
+compute, is damaged.
 """
 
 from __future__ import annotations
@@ -51,6 +54,12 @@ RESUMABLE_CHANGES = ("updates_per_call", "checkpoint_every", "keep_checkpoints",
                      # how the devices split the gradient's sum (as a topology change does):
                      # rounding, not the algorithm; auto decides anew on the resumed topology
                      "replicate_learn", "replicate_act")
+
+
+# The checkpoint format a meta record names: 2 = every checkpoint carries a digest. Records
+# without the key were written by versions before it (2026-11-28); those without a digest
+# also predate digests (2026-11-26) and are the only ones restored unverified.
+FORMAT = 2
 
 
 class CheckpointError(UserError):
@@ -95,6 +104,7 @@ class Checkpointer:
                  saved: RunState = RunState(True, True, True), policy_params: Any = None):
         ocp = _ocp()
         self.directory = Path(directory).absolute()
+        self.keep = keep
         self.saved = tuple(name for name, keep_it in saved._asdict().items() if keep_it)
         self.policy_params = policy_params
         self._writing: int | None = None   # the step of the save in flight
@@ -184,7 +194,7 @@ class Checkpointer:
         trees = {"state": _without_empty(slots)}
         if self.policy_params is not None:
             trees["policy"] = self.policy_params(state.train)
-        meta = with_digest(meta, trees)
+        meta = with_digest({**meta, "format": FORMAT}, trees)
         items = dict(state=ocp.args.StandardSave(trees["state"]), meta=ocp.args.JsonSave(meta))
         if "policy" in trees:
             items["policy"] = ocp.args.StandardSave(trees["policy"])
@@ -235,7 +245,10 @@ class Checkpointer:
                                     f"{damaged[step]}; nothing was changed (its checkpoints: "
                                     f"{_listing(steps)})")
         raise DamagedCheckpoint(f"no intact checkpoint in {self.directory}: " + "; ".join(
-            f"{s} {why}" for s, why in damaged.items()) + "; nothing was changed")
+            f"{s} {why}" for s, why in damaged.items()) + "; nothing was changed. Start the "
+            f"run anew without --resume (in another --run-dir, or after moving "
+            f"{self.directory} away), or resume with the jaxrl_dist version that wrote them "
+            f"if it differs")
 
     def _verified(self, like: RunState, policy_like: Any, step: int
                   ) -> tuple[RunState, dict] | str:
@@ -244,6 +257,8 @@ class Checkpointer:
         collective runs on what was read), then whether every process found it intact."""
         outcome = self._read(like, policy_like, step)
         read = not isinstance(outcome, str)
+        if read and (missing := _digest_missing(outcome[1])):
+            outcome, read = missing, False
         checkable = read and _checkable(outcome[1])
         if not read and not distributed.is_main_process():   # for this rank's own log
             print(f"process {distributed.process_index()}: checkpoint {step} in "
@@ -253,7 +268,7 @@ class Checkpointer:
             return outcome if not read else (
                 f"unreadable on process(es) {_ranks(everyone[:, 0] == 0)} (their logs say why)")
         loaded, meta, trees = outcome
-        if not everyone[:, 1].any():   # written before checkpoints had a digest
+        if not everyone[:, 1].any():   # written before checkpoints had a digest (no format)
             return loaded, meta
         problem = (_digest_problem(meta, step, trees) if everyone[:, 1].all()
                    else "its meta record differs between processes")
@@ -315,6 +330,9 @@ class Checkpointer:
                 aside.mkdir(exist_ok=True)
                 for step, dest in moved.items():
                     (self.directory / str(step)).rename(dest)
+            with faults.writing("pruning set-aside checkpoints in", aside):
+                for old in _oldest_beyond(aside, self.keep):
+                    shutil.rmtree(old)
         distributed.barrier("checkpoints_set_aside")
         self._manager.reload()
         for step, dest in moved.items():
@@ -339,6 +357,26 @@ def with_digest(meta: dict[str, Any], trees: dict[str, Any]) -> dict[str, Any]:
     """``meta`` with the digest of the array trees saved beside it, and of itself."""
     return {**meta, "digest": {"algorithm": digest.ALGORITHM, **digest.digests(trees),
                                "meta": digest.meta_digest(meta)}}
+
+
+def _digest_missing(meta: dict[str, Any]) -> str | None:
+    """Why a readable checkpoint cannot be verified though its format says it can, or None:
+    a record of this format without a digest, or with one this version does not compute."""
+    record = meta.get("digest")
+    if record is None:
+        return (f"its meta record (format {meta['format']}) has no digest"
+                if "format" in meta else None)
+    if record.get("algorithm") != digest.ALGORITHM:
+        return (f"not verifiable: its digest algorithm {record.get('algorithm')!r} is not this "
+                f"version's ({digest.ALGORITHM})")
+    return None
+
+
+def _oldest_beyond(aside: Path, keep: int) -> list[Path]:
+    """The set-aside copies beyond the newest ``keep`` (by when they were set aside)."""
+    copies = sorted((p for p in aside.iterdir() if p.is_dir()),
+                    key=lambda p: (p.stat().st_ctime, p.name))
+    return copies[:max(len(copies) - keep, 0)]
 
 
 def _checkable(meta: dict[str, Any]) -> bool:
@@ -501,6 +539,8 @@ def _read_item(manager: Any, directory: Path, step: int, item: str, quiet: bool 
                     **{item: ocp.args.StandardRestore(target)}))[item]
     except Exception as e:  # orbax/tensorstore raise many types for damaged files
         return _unreadable(e)
+    if missing := _digest_missing(meta):
+        return missing
     checkable = _checkable(meta)
     if tree is None:
         if checkable and item in meta["digest"] or quiet:

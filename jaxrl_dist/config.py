@@ -13,6 +13,7 @@ from jaxrl_dist.typed import doc as _doc
 from jaxrl_dist.errors import ConfigError, require
 
 import dataclasses
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -451,6 +452,10 @@ def _check_pbt(config: Config) -> None:
         size *= len(values)
     require(size >= 2, f"pbt.enabled needs a population of at least 2 members "
                        f"(population.seeds or population.sweep), got {size}")
+    require(math.floor(size * pbt.quantile + 1e-4) >= 1,
+            f"pbt.quantile={pbt.quantile:g} of {size} members is less than one member, so no "
+            f"round would copy anyone; set pbt.quantile >= {1 / size:.3g} (at most 0.5) or "
+            f"add members")
     for key, m in pbt.mutations.items():
         for value in pop.sweep.get(key, [_value_of(base, key)]):
             require(m.low <= value <= m.high,

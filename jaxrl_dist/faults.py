@@ -103,6 +103,23 @@ class DivergenceWatch:
                              f"{self.diverged[int(m)]}")
 
 
+    def replaced(self, parents: Any) -> None:
+        """A PBT round gave each member m with ``parents[m] != m`` member ``parents[m]``'s
+        train state: m's streak and divergence are now its parent's (a healthy parent's
+        copy is healthy: a population whose members each tripped once and were then
+        replaced is not stopped as diverged)."""
+        old = (self.streak.copy(), list(self.first_bad), dict(self.diverged))
+        for m, p in enumerate(np.asarray(parents).tolist()):
+            if p == m:
+                continue
+            self.streak[m], self.first_bad[m] = old[0][p], old[1][p]
+            was = self.diverged.pop(m, None)
+            if p in old[2]:
+                self.diverged[m] = f"member {m}: a copy of diverged member {p}"
+            elif was is not None:
+                self.say(f"member {m} recovered: PBT replaced it with a copy of member {p}")
+
+
 def diverged_message(detail: str, checkpoint_dir: Path, latest: int | None) -> str:
     kept = (f"the latest checkpoint, update {latest} in {checkpoint_dir}, holds finite values"
             if latest is not None else f"no checkpoint in {checkpoint_dir}")

@@ -35,6 +35,39 @@ from jaxrl_dist.types import RunState, Trajectory
 # Counted by the programs for every learner: updates whose changes were dropped because a loss,
 # a gradient or the new parameters were not finite.
 SKIPPED = "nonfinite_skipped"
+# Counted by the update programs of environments inside the program: (environment, step) pairs
+# whose reward, next observation or final observation was not finite; and the first of them
+# (smallest global environment index, then step) as ``(env x T + step) x 4 + what`` (what: 1
+# reward, 2 observation, 3 both), -1 if none. The trainer stops the run on them, naming the
+# environment, before anything of that update is saved. A leading underscore: not a metrics
+# row's column.
+ENV_NONFINITE = "env_nonfinite"
+ENV_NONFINITE_AT = "_env_nonfinite_at"
+ENV_CHECKS = {ENV_NONFINITE: "sum", ENV_NONFINITE_AT: "last"}
+
+
+def env_nonfinite(trajectory: Trajectory, env_ids: jax.Array, axis: Any
+                  ) -> dict[str, jax.Array]:
+    """:data:`ENV_NONFINITE` and :data:`ENV_NONFINITE_AT` of one rollout ``[T, E_local]``,
+    reduced over ``axis`` (every device then holds the same values, as metrics do)."""
+    steps = trajectory.steps
+    T = steps.reward.shape[0]
+
+    def finite_rows(x: jax.Array) -> jax.Array:   # [T, E, ...] -> [T, E]
+        return jnp.isfinite(x).reshape(*x.shape[:2], -1).all(-1)
+
+    reward_bad = ~jnp.isfinite(steps.reward)
+    obs_bad = jnp.zeros_like(reward_bad)
+    if jnp.issubdtype(steps.obs.dtype, jnp.inexact):   # uint8 frames cannot be NaN
+        reached = jnp.concatenate([steps.obs[1:], trajectory.last_obs[None]])
+        obs_bad = ~finite_rows(reached)
+        if steps.final_obs is not None:
+            obs_bad |= ~finite_rows(steps.final_obs)
+    what = reward_bad.astype(jnp.int32) + 2 * obs_bad.astype(jnp.int32)
+    where = (env_ids[None, :] * T + jnp.arange(T, dtype=jnp.int32)[:, None]) * 4 + what
+    first = jax.lax.pmin(jnp.min(jnp.where(what > 0, where, jnp.iinfo(jnp.int32).max)), axis)
+    count = jax.lax.psum(jnp.sum(what > 0).astype(jnp.float32), axis)
+    return {ENV_NONFINITE: count, ENV_NONFINITE_AT: jnp.where(count > 0, first, -1)}
 
 
 def keep_finite(before: Any, after: Any, metrics: dict[str, jax.Array]
@@ -341,6 +374,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         actors, trajectory = collect_local(state.train, state.actors, k.act)
         train, data, metrics = learn_local(state.train._replace(key=k.next), state.data,
                                            trajectory, k.learn)
+        metrics = {**metrics, **env_nonfinite(trajectory, rollout.local_env_ids(E, axis), axis)}
         window = pbt_lib.accumulate(state.pbt, metrics) if pbt else ()
         return RunState(train, actors, data, window), metrics
 
@@ -455,7 +489,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         input_specs.eval)
 
     return Learner(init, update, learn, collect, evaluate, abstract_state, layout, init_program,
-                   agent, specs, {**agent.metrics, SKIPPED: "sum"}, env_inputs,
+                   agent, specs, {**agent.metrics, SKIPPED: "sum", **ENV_CHECKS}, env_inputs,
                    _restored(agent, layout, data_spec, smap), learn_next,
                    replicated=whole is not None, exploit=exploit, pbt=pbt)
 
@@ -473,10 +507,13 @@ def _learn_whole(whole: Agent, agent: Agent, spec: EnvSpec, layout: Layout, smap
         like = jax.eval_shape(lambda t: t, trajectory)
 
         def body(train, data, packed, key):
-            learned, data, metrics = whole.learn(train, data, unpack_envs(packed, like), key)
+            trajectory = unpack_envs(packed, like)   # every environment's, on every device
+            learned, data, metrics = whole.learn(train, data, trajectory, key)
             check_metrics(agent, metrics)
             learned, metrics = keep_finite(train, learned, metrics)
-            return learned, data, metrics
+            axis = whole_layout.data_axis   # one device: reduces nothing, types the values
+            env_ids = rollout.local_env_ids(trajectory.last_obs.shape[0], axis)
+            return learned, data, {**metrics, **env_nonfinite(trajectory, env_ids, axis)}
         train_spec, envs_spec = whole_layout.train, whole_layout.envs
         return jax.shard_map(
             body, mesh=whole_layout.mesh, in_specs=(train_spec, envs_spec, envs_spec, train_spec),

@@ -38,7 +38,8 @@ def member_rows(head: dict[str, Any], metrics: dict[str, np.ndarray], members: i
     members at once: a loop over 256 members' metrics cost a GPU population more host time
     than its updates."""
     n = members or 1
-    stacked = {k: np.asarray(v, np.float64).reshape(n, -1) for k, v in metrics.items()}
+    stacked = {k: np.asarray(v, np.float64).reshape(n, -1) for k, v in metrics.items()
+               if not k.startswith("_")}   # "_name": for the trainer, not a column
     reduce = {"mean": lambda v: v.mean(1), "last": lambda v: v[:, -1], "sum": lambda v: v.sum(1)}
     columns = {name: reduce[aggregations[name]](values) for name, values in stacked.items()}
     episodes = columns["episodes"]
@@ -66,9 +67,15 @@ def pbt_rows(head: dict[str, Any], record: Any) -> list[dict[str, Any]]:
     at = {"env_steps": head["env_steps"], "updates": head["updates"]}
     r = int(record.round)
     parents = np.asarray(record.parents).tolist()
+    copies = sum(source != target for target, source in enumerate(parents))
+    eligible = np.asarray(record.eligible).tolist()
     rows = [{**at, "event": "pbt_round", "round": r, "parents": parents,
              "fitness": np.asarray(record.fitness, np.float64).tolist(),
-             "eligible": np.asarray(record.eligible).tolist()}]
+             "eligible": eligible, "copies": copies}]
+    if not copies:   # said in the row: too few members had finished min_episodes
+        rows[0]["why_no_copy"] = (f"{sum(eligible)} of {len(parents)} members eligible "
+                                  f"(pbt.min_episodes finished episodes since the last "
+                                  f"round); the quantile of them is less than one member")
     for target, source in enumerate(parents):
         if source != target:
             rows.append({**at, "event": "pbt_copy", "round": r, "source": source,

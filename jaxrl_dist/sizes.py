@@ -68,6 +68,12 @@ def choose_updates_per_call(num_updates: int, wanted: int) -> int:
 
 
 def calls(sizes: Sizes, updates_done: int = 0) -> list[int]:
-    """Updates per compiled call for the rest of a run that has done ``updates_done``."""
+    """Updates per compiled call for the rest of a run that has done ``updates_done``. Calls
+    end on multiples of ``updates_per_call``: a run resumed off that grid (a checkpoint of
+    another ``updates_per_call``) first runs up to it, so PBT's rounds, multiples of a
+    ``updates_per_call`` that divides their interval, still each end a call."""
     k, remaining = sizes.updates_per_call, sizes.num_updates - updates_done
-    return [k] * (remaining // k) + ([remaining % k] if remaining % k else [])
+    first = min(-updates_done % k, remaining)
+    remaining -= first
+    return ([first] if first else []) + [k] * (remaining // k) + (
+        [remaining % k] if remaining % k else [])

@@ -31,7 +31,7 @@ from jaxrl_dist.programs import make_learner
 from jaxrl_dist.agents.base import EPISODE_METRICS
 from jaxrl_dist.checkpoint import CheckpointError, Checkpointer, check_compatible
 from jaxrl_dist.config import Config, ConfigError
-from jaxrl_dist.envs import EnvSpec
+from jaxrl_dist.envs import EnvError, EnvSpec
 from jaxrl_dist.envs import from_config as make_env_from_config
 from jaxrl_dist.errors import RunError
 from jaxrl_dist.hooks import Hook, HookTable
@@ -320,7 +320,7 @@ def loop(run: Run) -> None:
         eval_row[updates] = _evaluate(run, updates)
 
     speed = _Speed(run)
-    hooks = _hooks(run, evaluate)
+    hooks = _hooks(run, evaluate, lambda: flush())
     for hook in hooks.hooks:   # their time is not training time
         hook.action = speed.paused(hook.action)
     writer = reporting.Background()
@@ -394,7 +394,7 @@ def _calls(run: Run, hooks: HookTable, pending: list, flush, evaluate, loop_star
         if time.perf_counter() - checked > CHECK_WRITES_S:   # a background save that
             run.checkpointer.check()                          # failed ends the run now
             checked = time.perf_counter()
-        if _should_stop(run, call_index, saved="checkpoint" in fired):
+        if _should_stop(run, call_index, saved="checkpoint" in fired, flush=flush):
             break
 
 
@@ -457,16 +457,22 @@ class _Speed:
         return done / max((t1 - t0) - (h1 - h0), 1e-9)
 
 
-def _hooks(run: Run, evaluate) -> HookTable:
-    """The periodic work, each with its period in updates or in minutes."""
+def _hooks(run: Run, evaluate, flush) -> HookTable:
+    """The periodic work, each with its period in updates or in minutes. A checkpoint first
+    logs the calls' metrics not yet logged (``flush``): what they say (an environment's
+    non-finite output) stops the run before a state holding it is saved."""
     c = run.config
+
+    def save(_: int) -> None:
+        flush()
+        run.checkpointer.save(run.state, run.meta())
+
     return HookTable([
         Hook("evaluate", evaluate, every=c.eval_every),
         Hook("check replicas",
              lambda _: integrity.check_replicas(run.state.train.params, run.layout),
              every=c.check_replicas_every, seconds=60 * c.check_replicas_minutes),
-        Hook("checkpoint", lambda _: run.checkpointer.save(run.state, run.meta()),
-             every=c.checkpoint_every, seconds=60 * c.checkpoint_minutes),
+        Hook("checkpoint", save, every=c.checkpoint_every, seconds=60 * c.checkpoint_minutes),
     ])
 
 
@@ -485,7 +491,7 @@ def _evaluate(run: Run, updates: int) -> dict[str, Any]:
     return result
 
 
-def _should_stop(run: Run, call_index: int, saved: bool) -> bool:
+def _should_stop(run: Run, call_index: int, saved: bool, flush=lambda: None) -> bool:
     """Preemption (agreed by every process; saved before stopping), divergence (agreed: read
     from global metrics; not saved, the latest checkpoint stays the last one before it) or
     the target reached."""
@@ -494,6 +500,7 @@ def _should_stop(run: Run, call_index: int, saved: bool) -> bool:
         return True
     if distributed.should_stop(call_index):
         if not saved:
+            flush()   # its metrics first, as a periodic checkpoint does (_hooks)
             run.checkpointer.save(run.state, run.meta())
         run.status = "preempted"
         run.reporter.message(f"stop requested: saved and stopping after update "
@@ -520,10 +527,41 @@ def _log(run: Run, writer: reporting.Background, speed: _Speed, metrics: Any, up
             "sps": speed.rate(steps, done_at) * (run.layout.members or 1),
             "time_s": time.perf_counter() - run.start}
     run.watch.observe(host, updates)
-    run.timed("loop_watch", begin)
+    _check_environments(run, host, updates)
     if pbt_round is not None:
         pbt_round = sharding.to_host(pbt_round)   # replicated: every process reads it whole
+        run.watch.replaced(pbt_round.parents)     # the round ran after these metrics
+    run.timed("loop_watch", begin)
     writer.submit(_write, run, head, host, result, pbt_round)
+
+
+def _check_environments(run: Run, host: dict, last_update: int) -> None:
+    """Stop at a non-finite reward or observation that an environment inside the program
+    returned (:data:`programs.ENV_NONFINITE`), naming it, before anything of that update is
+    saved (the loop flushes these metrics before every save)."""
+    counts = host.get(programs.ENV_NONFINITE)
+    if counts is None or not np.any(np.asarray(counts) > 0):
+        return
+    members = run.layout.members
+    counts = np.asarray(counts).reshape(members or 1, -1)
+    first = np.asarray(host[programs.ENV_NONFINITE_AT]).reshape(counts.shape)
+    k = int(np.argmax((counts > 0).any(0)))                 # the call's first such update
+    m = int(np.argmax(counts[:, k] > 0))
+    update = last_update - counts.shape[1] + k + 1
+    at, what = divmod(int(first[m, k]), 4)
+    env, t = divmod(at, run.sizes.steps_per_env)
+    process = env * distributed.process_count() // run.config.num_envs
+    member = f", member {m}" if members else ""
+    latest = run.checkpointer.latest_step()
+    kept = (f"the latest checkpoint, update {latest}, was saved before it"
+            if latest is not None else "no checkpoint was saved")
+    raise EnvError(
+        f"{run.env_name}: environment {env} (process {process}{member}) returned a non-finite "
+        f"{('', 'reward', 'observation', 'reward and observation')[what]} at its env step "
+        f"{(update - 1) * run.sizes.steps_per_env + t + 1} (update {update}; "
+        f"{int(counts[m, k])} such steps in it); nothing of that update was saved ({kept}). "
+        f"Repair the environment, or end the episode there (a terminal step with a finite "
+        f"observation), then resume")
 
 
 def _write(run: Run, head: dict, host: dict, result: dict | None, pbt_round: Any = None

@@ -219,6 +219,11 @@ def _extended(item) -> bool:
 # so the last files to start are short and both workers end together. Seconds per file in the
 # README's tier (setup and calls; 2-core AMD EPYC VM, 2026-11-27 22:00, the suite's -O0 flags):
 HEAVY_FIRST = (
+    # the extended tier's two longest (JAXRL_DIST_FULL_TESTS=only, 2026-11-28, AMD EPYC with
+    # AVX-512, before breakout_dqn/pong_dqn's buffers shrank: 1,488 and 860 s of its 4,908):
+    # first, one on each worker, so that the short files fill in around them
+    "tests/test_configs.py",            # extended tier only
+    "tests/test_env_suites.py",         # 12 in the README's tier, 860 in the extended
     "tests/test_lifecycle.py",          # 229
     "tests/test_launch.py",             # 93
     "tests/test_qlearning.py",          # 82
@@ -237,9 +242,7 @@ HEAVY_FIRST = (
     "tests/test_compile_cache.py",      # 25
     "tests/test_cli.py",                # 24
     "tests/test_ale.py",                # 17
-    "tests/test_env_suites.py",         # 12
     "tests/test_wandb.py",              # 12
-    "tests/test_configs.py",            # extended tier only (~80 s)
     "tests/test_population.py", "tests/test_learning.py", "tests/test_stabilisers.py",
     "tests/test_recipes.py",
 )

@@ -6,6 +6,8 @@ environment tests load this one (``JAXRL_DIST_PLUGINS=host_plugin``, tests/ on P
 * ``jaxrl_test/Faulty-v0``: the corridor, but on the rank named by ``JAXRL_TEST_FAULTY_RANK``
   its step raises after ``JAXRL_TEST_FAULTY_STEPS`` steps: a user's simulator failing.
 * ``jaxrl_test/Hangs-v0``: the same trigger, but the step never returns.
+* ``jaxrl_test/Glitch-v0``: the same trigger, but one step returns a NaN observation (a sensor
+  glitch), and the corridor goes on.
 * ``jaxrl_test/MultiDiscrete-v0``: an action space the networks cannot take.
 * ``jaxrl_test/NeedsMujoco-v0``: its constructor reports a missing optional dependency.
 """
@@ -73,6 +75,17 @@ class Hangs(Faulty):
         return Corridor.step(self, action)
 
 
+class Glitch(Faulty):
+    """Faulty's trigger, but the step after ``after`` returns a NaN observation, once."""
+
+    def step(self, action):
+        self.total += 1
+        obs, reward, terminated, truncated, info = Corridor.step(self, action)
+        if self.armed and self.total == self.after + 1:
+            obs = np.full_like(obs, np.nan)
+        return obs, reward, terminated, truncated, info
+
+
 class MultiAction(Corridor):
     def __init__(self):
         super().__init__()
@@ -86,7 +99,8 @@ class NeedsMujoco(Corridor):
 
 
 for _name, _cls, _limit in [("Corridor-v0", Corridor, 40), ("Faulty-v0", Faulty, 40),
-                            ("Hangs-v0", Hangs, 40), ("MultiDiscrete-v0", MultiAction, 40),
+                            ("Hangs-v0", Hangs, 40), ("Glitch-v0", Glitch, 40),
+                            ("MultiDiscrete-v0", MultiAction, 40),
                             ("NeedsMujoco-v0", NeedsMujoco, 40)]:
     if f"jaxrl_test/{_name}" not in gymnasium.registry:
         gymnasium.register(f"jaxrl_test/{_name}", entry_point=_cls, max_episode_steps=_limit)

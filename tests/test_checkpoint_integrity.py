@@ -369,7 +369,7 @@ def test_no_intact_checkpoint_is_one_line_exit_2_and_nothing_changes(reference, 
     before = _snapshot(run)
     proc, _ = train_cli(run, "--resume", args=[], config=_config_file(tmp_path), timeout=300)
     _one_line(proc, "no intact checkpoint", "20 unreadable", "15 unreadable", "10 unreadable",
-              "nothing was changed")
+              "nothing was changed", "Start the run anew without --resume")
     assert _snapshot(run) == before
 
 
@@ -418,3 +418,48 @@ def test_two_processes_agree_when_only_one_of_them_cannot_read(reference, tmp_pa
     assert "checkpoint 20" in said and "unreadable on process(es) 1" in said, said[-2000:]
     assert [r["param_fingerprint"] for r in _summaries(run / "logs")] == \
         [reference[1]["param_fingerprint"]] * 2
+
+
+# ---------------------------------------------------- what restores unverified, what is pruned
+
+def _edit_meta(run: Path, step: int, edit) -> None:
+    path = run / "checkpoints" / str(step) / "meta" / "metadata"
+    meta = json.loads(path.read_text())
+    edit(meta)
+    path.write_text(json.dumps(meta))
+
+
+def test_a_record_of_this_format_without_its_digest_is_damaged(reference, tmp_path, capsys):
+    """Only a checkpoint from before digests (no format recorded) restores unverified: one of
+    this format whose digest record was removed, or names an algorithm this version does not
+    compute, is skipped as damaged."""
+    run = _copy(reference, tmp_path)
+    _edit_meta(run, 20, lambda meta: meta.pop("digest"))
+    _edit_meta(run, 15, lambda meta: meta["digest"].update(algorithm="fmix64-v9"))
+    with pytest.raises(DamagedCheckpoint, match=r"checkpoint 20 .* has no digest; intact: 10"):
+        read_checkpoint(run / "checkpoints")
+    summary = _resume(run)
+    assert summary["param_fingerprint"] == reference[1]["param_fingerprint"]
+    said = [x for x in capsys.readouterr().err.splitlines() if "is damaged" in x]
+    assert "checkpoint 15" in said[0] and "'fmix64-v9'" in said[0], said
+    assert "checkpoint 20" in said[1] and "has no digest" in said[1], said
+
+
+def test_a_checkpoint_from_before_digests_restores_unverified(reference, tmp_path):
+    run = _copy(reference, tmp_path)
+    _edit_meta(run, 20, lambda meta: (meta.pop("digest"), meta.pop("format")))
+    _, meta = read_checkpoint(run / "checkpoints")
+    assert meta["updates"] == 20 and "digest" not in meta
+
+
+def test_set_aside_copies_are_pruned_to_keep_checkpoints(reference, tmp_path):
+    """Each resume from an older step sets the newer ones aside; only the newest
+    keep_checkpoints copies stay there (each may hold a whole replay)."""
+    run = _copy(reference, tmp_path)
+    aside = run / "checkpoints_set_aside"
+    assert config_lib.from_dict(DQN).keep_checkpoints == 3
+    _resume(run, resume_from=10)                  # 15 and 20 aside
+    assert sorted(p.name for p in aside.iterdir()) == ["15", "20"]
+    _resume(run, resume_from=10)                  # again: 4 copies, the oldest one pruned
+    assert len(list(aside.iterdir())) == 3
+    assert {"15.2", "20.2"} <= {p.name for p in aside.iterdir()}

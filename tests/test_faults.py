@@ -6,6 +6,7 @@ matmul precision recorded. On 1 and 2 processes."""
 
 import errno
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -71,6 +72,46 @@ def test_a_non_finite_update_is_skipped_by_every_learner(algo):
                                   np.asarray(jax.tree.leaves(before.params)[0]))
 
 
+def _glitching_cartpole():
+    """gymnax's CartPole, its observation NaN at the 10th step of every episode: a simulator
+    inside the program returning NaN (Brax/MJX physics can)."""
+    from gymnax.environments.classic_control.cartpole import CartPole
+
+    class GlitchingCartPole(CartPole):
+        def step_env(self, key, state, action, params):
+            obs, state, reward, done, info = super().step_env(key, state, action, params)
+            return jnp.where(state.time == 10, jnp.nan, obs), state, reward, done, info
+    return GlitchingCartPole()
+
+
+@pytest.mark.parametrize("algo", list(LEARNERS))
+def test_an_environment_inside_the_program_returning_nan_is_named_before_a_save(algo, tmp_path):
+    """The update that met it is not saved: the run stops with one line naming the
+    environment, the step and what; the checkpoint left (update 0) holds finite values."""
+    from jaxrl_dist.envs import EnvError
+    from jaxrl_dist.trainer import train
+
+    config = config_lib.from_dict({**LEARNERS[algo], "updates_per_call": 1,
+                                   "checkpoint_every": 1, "checkpoint_minutes": 0})
+    with pytest.raises(EnvError) as error:
+        train(config, tmp_path / "run", env=_glitching_cartpole(), devices=jax.devices()[:2],
+              progress=False)
+    message = str(error.value)
+    assert len(message.splitlines()) == 1 and "learning rate" not in message
+    said = re.search(r": environment (\d) \(process 0\) returned a non-finite "
+                     r"observation at its env step (\d+) \(update (\d+); \d+ such steps in it\); "
+                     r"nothing of that update was saved \(the latest checkpoint, update (\d+), "
+                     r"was saved before it\)\. Repair the environment", message)
+    assert said, message
+    env, step, update, latest = map(int, said.groups())
+    assert 0 <= env < 4 and step >= 10 and latest == update - 1
+    state, meta = read_checkpoint(tmp_path / "run" / "checkpoints")
+    assert meta["updates"] == latest
+    for leaf in jax.tree.leaves(state):
+        if np.issubdtype(np.asarray(leaf).dtype, np.floating):
+            assert np.isfinite(leaf).all()
+
+
 def test_the_programs_keep_the_state_before_a_non_finite_update():
     """Whatever the learner: new parameters with an infinity -> the train state from before
     the update, counter advanced; finite -> the new state."""
@@ -112,6 +153,24 @@ def test_divergence_watch_counts_streaks_across_calls_and_names_the_metric():
     pop.observe({programs.SKIPPED: [[0, 0], [0, 1]], "loss": [[1.0, 1.0], [1.0, nan]]}, 2)
     assert pop.tripped is None and list(pop.diverged) == [1]   # the other member goes on
     assert "member 1: updates 2-2" in pop.diverged[1] and "loss" in pop.diverged[1]
+
+
+def test_divergence_watch_forgets_a_member_pbt_replaced():
+    """A PBT round copies a healthy member into a diverged one: it is healthy (a population
+    whose members each tripped once and were replaced is not stopped); a copy of a diverged
+    member is diverged."""
+    said = []
+    nan = float("nan")
+    watch = faults.DivergenceWatch(1, 3, programs.SKIPPED, (), say=said.append)
+    watch.observe({programs.SKIPPED: [[0], [1], [1]], "loss": [[1.0], [nan], [nan]]}, 5)
+    assert sorted(watch.diverged) == [1, 2] and watch.tripped is None
+    watch.replaced(np.array([0, 0, 2]))          # member 0 copied into 1; 2 kept
+    assert sorted(watch.diverged) == [2] and watch.streak[1] == 0
+    assert said[-1] == "member 1 recovered: PBT replaced it with a copy of member 0"
+    watch.observe({programs.SKIPPED: [[1], [0], [0]], "loss": [[nan], [1.0], [1.0]]}, 6)
+    assert sorted(watch.diverged) == [0, 2] and watch.tripped is None   # 1 stays healthy
+    watch.replaced(np.array([0, 2, 2]))          # a diverged member's copy is diverged
+    assert sorted(watch.diverged) == [0, 1, 2] and watch.tripped is not None
 
 
 def _one_error_line(stderr: str) -> str:

@@ -183,6 +183,39 @@ def test_every_learner_trains_on_a_registered_host_env(algo, plugin, tmp_path):
     assert summary["env_steps"] == config.total_timesteps and np.isfinite(summary["eval_return"])
 
 
+def test_a_non_finite_observation_is_named_and_nothing_of_it_is_learned_or_saved(
+        plugin, tmp_path, monkeypatch):
+    """A NaN observation at env step 10 (update 3 of 4 env steps) stops the run with one line
+    naming the environment, the process, the step and what was non-finite; the checkpoints
+    left (after updates 1 and 2) hold finite values only, the replay included."""
+    import jax
+
+    from jaxrl_dist.checkpoint import read_checkpoint
+    from jaxrl_dist.envs import EnvError
+    from jaxrl_dist.trainer import train
+
+    monkeypatch.setenv("JAXRL_TEST_FAULTY_RANK", "0")
+    monkeypatch.setenv("JAXRL_TEST_FAULTY_STEPS", "9")
+    config = _tiny("dqn", env="gymnasium:jaxrl_test/Glitch-v0", updates_per_call=1,
+                   checkpoint_every=1, checkpoint_minutes=0)
+    with pytest.raises(EnvError) as error:
+        train(config, tmp_path / "run", devices=jax.devices()[:1], progress=False)
+    message = str(error.value)
+    assert len(message.splitlines()) == 1
+    for words in ("jaxrl_test/Glitch-v0: environment 0 (process 0) returned a non-finite "
+                  "observation at its env step 10 (update 3)", "nothing of that update was "
+                  "learned or saved", "Repair the environment"):
+        assert words in message, message
+    assert "learning rate" not in message
+    state, meta = read_checkpoint(tmp_path / "run" / "checkpoints")
+    # 2 unless its save, written in the background, was still going when the error ended the
+    # run (a save cut short is removed when the run directory is next opened)
+    assert meta["updates"] in (1, 2)
+    for leaf in jax.tree.leaves(state):
+        if np.issubdtype(np.asarray(leaf).dtype, np.floating):
+            assert np.isfinite(leaf).all()
+
+
 def test_a_users_env_class_and_vector_env_through_the_python_api(tmp_path):
     import jax
 

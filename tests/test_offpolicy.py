@@ -383,6 +383,23 @@ def test_crossq_same_parameters_on_1_2_and_4_devices():
     assert not hasattr(one.train, "target")        # no target networks
 
 
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("base", [SAC, TD3, CROSSQ], ids=["sac", "td3", "crossq"])
+def test_each_learns_on_a_host_env(base, tmp_path):
+    """Every off-policy learner's learn, in the README's tier: gymnasium's Pendulum stepped on
+    the host, 10 updates, the last 5 learning (gradient steps with finite losses and an actor
+    step), nothing skipped, the parameters finite."""
+    config = config_lib.from_dict({**base, "env": "gymnasium:Pendulum-v1",
+                                   "total_timesteps": 4 * 2 * 10, "checkpoint_every": 10})
+    summary = train(config, tmp_path / "run", devices=jax.devices()[:1], progress=False)
+    assert summary["status"] == "completed" and np.isfinite(summary["param_norm"])
+    rows = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").read_text().splitlines()]
+    last = [r for r in rows if "critic_loss" in r][-1]
+    assert last["updates"] == 10 and last["learning"] == 1.0 and last["actor_steps"] > 0
+    assert np.isfinite(last["critic_loss"]) and last["critic_loss"] > 0
+    assert last.get("nonfinite_skipped", 0) == 0
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(300)
 def test_a_host_env_gives_the_same_parameters_on_1_and_2_devices(tmp_path):

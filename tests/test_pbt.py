@@ -65,6 +65,40 @@ def test_truncation_on_a_fixed_fitness_vector():
                                   [1, 1, 2, 3])
 
 
+def test_calls_end_on_every_round_after_a_resume_with_another_updates_per_call():
+    """Calls end on multiples of updates_per_call, so a run resumed from a checkpoint off that
+    grid (configs/cartpole_pbt.yaml's checkpoint 30 with updates_per_call=4: calls of 4 from 30
+    never ended on 40 or 60 before) still ends a call on every round."""
+    for wanted in (4, 5, 10):
+        config = config_lib.load("configs/cartpole_pbt.yaml", [f"updates_per_call={wanted}"])
+        sizes = sizes_lib.derive_sizes(config, 1)
+        rounds = pbt.settings(config).rounds
+        for done in (0, 30, 37):
+            calls = sizes_lib.calls(sizes, done)
+            ends = set((np.cumsum(calls) + done).tolist())
+            assert {r for r in rounds if r > done} <= ends, (wanted, done)
+            assert sum(calls) + done == sizes.num_updates and max(calls) <= wanted
+
+
+def test_a_quantile_of_less_than_one_member_is_refused():
+    three = {"sweep": {"ppo.learning_rate": [1e-4, 3e-4, 1e-3]}}
+    with pytest.raises(ConfigError, match=r"pbt.quantile=0.25 of 3 members .* no round would "
+                       r"copy anyone; set pbt.quantile >= 0.333"):
+        config_lib.from_dict({**PBT, "population": three})
+    config_lib.from_dict({**PBT, "population": three, "pbt": {**PBT["pbt"], "quantile": 0.34}})
+
+
+def test_a_round_that_copies_no_one_says_why_in_its_row():
+    from jaxrl_dist import reporting
+    kept = pbt.Round(jnp.int32(2), jnp.arange(4), jnp.float32([1, 2, 3, 4]),
+                     jnp.array([True, False, False, True]), {}, {})
+    row, = reporting.pbt_rows({"env_steps": 10, "updates": 5}, kept)
+    assert row["copies"] == 0 and row["why_no_copy"].startswith("2 of 4 members eligible")
+    copied = kept._replace(parents=jnp.array([0, 1, 2, 1]))
+    rows = reporting.pbt_rows({"env_steps": 10, "updates": 5}, copied)
+    assert rows[0]["copies"] == 1 and "why_no_copy" not in rows[0] and len(rows) == 2
+
+
 def test_round_keys_come_from_seed_round_and_member_only():
     seed = jax.random.PRNGKey(7)
     a, b = pbt.keys_of_round(seed, jnp.int32(2), 4)

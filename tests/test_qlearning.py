@@ -63,6 +63,37 @@ def _brute_force_nstep(reward, term, trunc, t, col, n, gamma, L, final_obs_store
     return ret, discount, boot_row, boot_final
 
 
+def test_a_resume_of_host_envs_ends_each_columns_newest_row_by_a_time_limit():
+    """Host environments start new episodes on a resume: the row written last before it ends
+    its episode by a time limit, so no n-step window sums rewards across the two episodes and
+    it bootstraps from the observation it really reached (its final observation)."""
+    from jaxrl_dist.types import Transition
+
+    def rollout(first, reward):   # 4 steps of 2 environments, no end; obs = first + t
+        t = jnp.arange(4, dtype=jnp.float32)[:, None] * jnp.ones((1, 2))
+        obs = (first + t)[..., None]
+        return Transition(obs=obs, action=jnp.zeros((4, 2), jnp.int32),
+                          reward=jnp.full((4, 2), reward, jnp.float32),
+                          terminated=jnp.zeros((4, 2), bool), truncated=jnp.zeros((4, 2), bool),
+                          finished_return=None, finished_length=None, extras={},
+                          final_obs=obs + 1)
+
+    def windows(replay):   # every sample from row 2: (n-step return, discount, next obs)
+        out = replay_lib.sample(replay, jax.random.PRNGKey(0), jnp.arange(1), 256, 3, 0.9)
+        at = np.asarray(out.obs[:, 0]) == 2
+        assert at.any()
+        return {(round(float(r), 4), round(float(d), 4), float(o)) for r, d, o in zip(
+            out.reward[at], out.discount[at], out.next_obs[at, 0])}
+
+    replay = replay_lib.add(replay_lib.init(1, 8, 2, (1,), jnp.float32, True), rollout(0, 1.0))
+    resumed = replay_lib.cut(replay, 3)
+    assert np.asarray(resumed.truncated)[0, :4].tolist() == [[False] * 2] * 3 + [[True] * 2]
+    spliced = replay_lib.add(replay, rollout(100, 10.0))   # a new episode after the resume
+    assert windows(spliced) == {(10.0, 0.729, 101.0)}   # 1 + 0.9 + 0.81 x 10: across, wrong
+    cut = replay_lib.add(resumed, rollout(100, 10.0))
+    assert windows(cut) == {(1.9, 0.81, 4.0)}   # rows 2-3, bootstrapped from row 3's final obs
+
+
 @pytest.mark.parametrize("final_obs_stored", [True, False])
 def test_nstep_samples_match_the_definition(final_obs_stored):
     rng = np.random.default_rng(0)

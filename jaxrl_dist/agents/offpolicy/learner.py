@@ -28,6 +28,7 @@ turn) comes from replicated values.
 
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import jax
@@ -44,6 +45,7 @@ from jaxrl_dist.agents.offpolicy.networks import Networks, normalize_obs
 from jaxrl_dist.agents.optimizer import make_optimizer
 from jaxrl_dist.agents.replay import buffer as replay_lib
 from jaxrl_dist.envs import EnvSpec
+from jaxrl_dist.errors import ConfigError
 from jaxrl_dist.gradients import global_mean_grad
 from jaxrl_dist.running_stats import Moments
 from jaxrl_dist.sharding import Layout
@@ -56,6 +58,10 @@ COMMON_METRICS = {**EPISODE_METRICS, "critic_loss": "mean", "q_mean": "mean",
 METRICS = {"sac": {**COMMON_METRICS, "entropy": "mean", "alpha": "last"},
            "td3": COMMON_METRICS,
            "crossq": {**COMMON_METRICS, "entropy": "mean", "alpha": "last", "renorm": "last"}}
+# log(alpha) stays in [log 1e-10, log 1e6]: a target entropy the policy never reaches (one at
+# the squashed Gaussian's maximum, or a reward scale that makes it so) otherwise drives alpha
+# to inf in float32 (~290k steps) and every later update is non-finite.
+LOG_ALPHA_RANGE = (-23.025850929940457, 13.815510557964274)
 
 
 class TrainState(NamedTuple):
@@ -132,6 +138,16 @@ def crossq_critic_loss(nets: Networks, params: Any, stats: Any, x: jax.Array,
     y = jax.lax.stop_gradient(reward + discount * (jnp.min(q_next, axis=0) - next_penalty))
     loss, aux = td_loss(q, y, weight)
     return loss, (aux, new_stats)
+
+
+def check_target_entropy(algo: str, target: float, action_dim: int) -> None:
+    """A squashed Gaussian on [-1, 1]^A has less entropy than the uniform distribution there,
+    A log 2 nats: autotune towards that or above it never arrives (alpha only grows)."""
+    most = action_dim * math.log(2.0)
+    if not target < most:
+        raise ConfigError(f"{algo}.target_entropy={target:g} is unreachable: a policy on "
+                          f"[-1, 1]^{action_dim} has less than {most:.3f} nats (uniform); set "
+                          f"it below that (default: -{action_dim}, minus the action size)")
 
 
 def soft_actor_objective(trainable: dict[str, Any], log_alpha: Any, log_prob: jax.Array,
@@ -246,6 +262,8 @@ def make_agent(algo: str, c: OffPolicyConfig, sizes: Sizes, spec: EnvSpec,
     autotune = soft and c.autotune
     target_entropy = (-float(A) if not soft or c.target_entropy is None
                       else float(c.target_entropy))
+    if autotune:
+        check_target_entropy(algo, target_entropy, A)
     # CrossQ: renormalise once this many env steps are collected (one clock, every device's)
     renorm_from = float(c.learning_starts + c.renorm_warmup_steps) if crossq else 0.0
     deployment = networks_lib.deployment(algo, c, spec, nets)
@@ -463,6 +481,8 @@ def make_agent(algo: str, c: OffPolicyConfig, sizes: Sizes, spec: EnvSpec,
                     updates, opt_state[name] = opts[name].update(grads[leaf], opt_state[name],
                                                                  params[leaf])
                     new[leaf] = optax.apply_updates(params[leaf], updates)
+            if "log_alpha" in grads:   # an identity inside the range: the same bits there
+                new["log_alpha"] = jnp.clip(new["log_alpha"], *LOG_ALPHA_RANGE)
             train = train._replace(params=new, opt_state=opt_state)
             if algo == "td3":
                 train = train._replace(target=polyak(

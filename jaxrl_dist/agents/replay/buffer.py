@@ -198,15 +198,19 @@ def sample(replay: Replay, key: jax.Array, shard_ids: jax.Array, per_shard: int,
 
 
 def cut(replay: Replay, n: int) -> Replay:
-    """After a resume that started new games in a pool (``envs.pool``): the newest ``n`` rows
-    of every column continue into a different game with no end between them, so samples drawn
-    there weigh 0 (their windows would sum two games' rewards)."""
-    if replay.valid is None:
-        return replay
-    length = replay.valid.shape[1]
+    """After a resume that started new episodes (environments whose state is not
+    checkpointed): the newest rows of every column continue into a different episode with no
+    end between them. In a pool (``envs.pool``) the newest ``n`` rows weigh 0 (their windows
+    would sum two games' rewards; the row after an end holds its final observation). Else the
+    newest row ends its episode by a time limit: no window reaches past it, and it bootstraps
+    from its own final observation (the one it really reached) where those are stored."""
+    length = replay.reward.shape[1]
     rows = jnp.arange(length)
     position, filled = replay.position[:, None], replay.rows[:, None]
     age = (position - 1 - rows) % length                     # 0 = the newest row
+    if replay.valid is None:
+        newest = ((age == 0) & (filled > 0))[:, :, None]      # [S_local, L, 1]
+        return replay._replace(truncated=replay.truncated | (newest & ~replay.terminated))
     newest = (age < n) & (age < filled)                       # [S_local, L]
     return replay._replace(valid=replay.valid & ~newest[:, :, None])
 
