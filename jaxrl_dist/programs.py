@@ -35,12 +35,13 @@ from jaxrl_dist.types import RunState, Trajectory
 # Counted by the programs for every learner: updates whose changes were dropped because a loss,
 # a gradient or the new parameters were not finite.
 SKIPPED = "nonfinite_skipped"
-# Counted by the update programs of environments inside the program: (environment, step) pairs
-# whose reward, next observation or final observation was not finite; and the first of them
-# (smallest global environment index, then step) as ``(env x T + step) x 4 + what`` (what: 1
-# reward, 2 observation, 3 both), -1 if none. The trainer stops the run on them, naming the
-# environment, before anything of that update is saved. A leading underscore: not a metrics
-# row's column.
+# Flagged by the update programs of environments inside the program: 1 for an update in which
+# an environment returned a non-finite reward, next observation or final observation (a row
+# sums them over its updates), and the first such (environment, step) (smallest global
+# environment index, then step) as ``(env x T + step) x 4 + what`` (what: 1 reward, 2
+# observation, 3 both), -1 if none: ONE all-reduce (a pmin) per update. The trainer stops the
+# run on them, naming the environment, before anything of that update is saved. A leading
+# underscore: not a metrics row's column.
 ENV_NONFINITE = "env_nonfinite"
 ENV_NONFINITE_AT = "_env_nonfinite_at"
 ENV_CHECKS = {ENV_NONFINITE: "sum", ENV_NONFINITE_AT: "last"}
@@ -65,9 +66,10 @@ def env_nonfinite(trajectory: Trajectory, env_ids: jax.Array, axis: Any
             obs_bad |= ~finite_rows(steps.final_obs)
     what = reward_bad.astype(jnp.int32) + 2 * obs_bad.astype(jnp.int32)
     where = (env_ids[None, :] * T + jnp.arange(T, dtype=jnp.int32)[:, None]) * 4 + what
-    first = jax.lax.pmin(jnp.min(jnp.where(what > 0, where, jnp.iinfo(jnp.int32).max)), axis)
-    count = jax.lax.psum(jnp.sum(what > 0).astype(jnp.float32), axis)
-    return {ENV_NONFINITE: count, ENV_NONFINITE_AT: jnp.where(count > 0, first, -1)}
+    none = jnp.iinfo(jnp.int32).max
+    first = jax.lax.pmin(jnp.min(jnp.where(what > 0, where, none)), axis)
+    return {ENV_NONFINITE: (first < none).astype(jnp.float32),
+            ENV_NONFINITE_AT: jnp.where(first < none, first, -1)}
 
 
 def keep_finite(before: Any, after: Any, metrics: dict[str, jax.Array]

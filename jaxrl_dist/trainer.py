@@ -539,15 +539,15 @@ def _check_environments(run: Run, host: dict, last_update: int) -> None:
     """Stop at a non-finite reward or observation that an environment inside the program
     returned (:data:`programs.ENV_NONFINITE`), naming it, before anything of that update is
     saved (the loop flushes these metrics before every save)."""
-    counts = host.get(programs.ENV_NONFINITE)
-    if counts is None or not np.any(np.asarray(counts) > 0):
+    flags = host.get(programs.ENV_NONFINITE)
+    if flags is None or not np.any(np.asarray(flags) > 0):
         return
     members = run.layout.members
-    counts = np.asarray(counts).reshape(members or 1, -1)
-    first = np.asarray(host[programs.ENV_NONFINITE_AT]).reshape(counts.shape)
-    k = int(np.argmax((counts > 0).any(0)))                 # the call's first such update
-    m = int(np.argmax(counts[:, k] > 0))
-    update = last_update - counts.shape[1] + k + 1
+    flags = np.asarray(flags).reshape(members or 1, -1)
+    first = np.asarray(host[programs.ENV_NONFINITE_AT]).reshape(flags.shape)
+    k = int(np.argmax((flags > 0).any(0)))                 # the call's first such update
+    m = int(np.argmax(flags[:, k] > 0))
+    update = last_update - flags.shape[1] + k + 1
     at, what = divmod(int(first[m, k]), 4)
     env, t = divmod(at, run.sizes.steps_per_env)
     process = env * distributed.process_count() // run.config.num_envs
@@ -558,8 +558,8 @@ def _check_environments(run: Run, host: dict, last_update: int) -> None:
     raise EnvError(
         f"{run.env_name}: environment {env} (process {process}{member}) returned a non-finite "
         f"{('', 'reward', 'observation', 'reward and observation')[what]} at its env step "
-        f"{(update - 1) * run.sizes.steps_per_env + t + 1} (update {update}; "
-        f"{int(counts[m, k])} such steps in it); nothing of that update was saved ({kept}). "
+        f"{(update - 1) * run.sizes.steps_per_env + t + 1} (update {update}); nothing of "
+        f"that update was saved ({kept}). "
         f"Repair the environment, or end the episode there (a terminal step with a finite "
         f"observation), then resume")
 

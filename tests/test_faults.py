@@ -99,7 +99,7 @@ def test_an_environment_inside_the_program_returning_nan_is_named_before_a_save(
     message = str(error.value)
     assert len(message.splitlines()) == 1 and "learning rate" not in message
     said = re.search(r": environment (\d) \(process 0\) returned a non-finite "
-                     r"observation at its env step (\d+) \(update (\d+); \d+ such steps in it\); "
+                     r"observation at its env step (\d+) \(update (\d+)\); "
                      r"nothing of that update was saved \(the latest checkpoint, update (\d+), "
                      r"was saved before it\)\. Repair the environment", message)
     assert said, message
