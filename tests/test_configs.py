@@ -58,10 +58,12 @@ def test_shipped_config_trains_two_updates(path, tmp_path, monkeypatch):
     overrides = [f"total_timesteps={2 * batch}", "updates_per_call=1", "eval_episodes=2"]
     if hasattr(config.agent, "learning_starts"):   # a replay's warm-up: learn in the second
         overrides.append(f"{config.algo}.learning_starts={batch}")   # update
-    if hasattr(config.agent, "buffer_size"):   # 4 updates' worth: the same program, without
-        # Atari's 5.6 GB of frames to allocate and digest (breakout_dqn and pong_dqn: 545 and
-        # 239 s in the extended tier's 2 workers; both 125 s alone with this, 2026-11-28)
-        overrides.append(f"{config.algo}.buffer_size={4 * batch}")
+    if hasattr(config.agent, "buffer_size"):   # 4 updates' worth (at least one sampled
+        # batch): the same program, without Atari's 5.6 GB of frames to allocate and digest
+        # (breakout_dqn and pong_dqn: 545 and 239 s in the extended tier's 2 workers; both
+        # 125 s alone with this, 2026-11-28)
+        updates = max(4, -(-config.agent.batch_size // batch))
+        overrides.append(f"{config.algo}.buffer_size={updates * batch}")
     config = config_lib.load(path, overrides)
     summary = train(config, tmp_path / "run", devices=jax.devices()[:1], progress=False)
     assert summary["status"] == "completed" and summary["updates"] == 2, summary["status"]
