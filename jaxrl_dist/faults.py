@@ -102,7 +102,6 @@ class DivergenceWatch:
                     self.say(f"diverged (its non-finite updates keep being dropped): "
                              f"{self.diverged[int(m)]}")
 
-
     def replaced(self, parents: Any) -> None:
         """A PBT round gave each member m with ``parents[m] != m`` member ``parents[m]``'s
         train state: m's streak and divergence are now its parent's (a healthy parent's
