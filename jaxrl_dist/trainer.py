@@ -15,7 +15,7 @@ import contextlib
 import sys
 import time
 from pathlib import Path
-from typing import Any, NamedTuple, Sequence
+from typing import Any, Callable, NamedTuple, Sequence
 
 import jax
 import numpy as np
@@ -491,7 +491,8 @@ def _evaluate(run: Run, updates: int) -> dict[str, Any]:
     return result
 
 
-def _should_stop(run: Run, call_index: int, saved: bool, flush=lambda: None) -> bool:
+def _should_stop(run: Run, call_index: int, saved: bool, flush: Callable[[], None]
+                 ) -> bool:
     """Preemption (agreed by every process; saved before stopping), divergence (agreed: read
     from global metrics; not saved, the latest checkpoint stays the last one before it) or
     the target reached."""
