@@ -154,6 +154,7 @@ class HostActors:
         self.start, self.stop = process_rows(sharding, self.num_envs)
         self.eval_start, self.eval_stop = process_rows(sharding, eval_episodes)
         self.T = self.agent.steps_per_env
+        self.drop = learner.drop_nonfinite   # env_nonfinite: reset
         # acting between updates on a local device of the mesh, or (overlapped) on its own
         self.overlap = actor_device is not None
         self.device = actor_device or next(d for d in layout.mesh.devices.flat
@@ -174,6 +175,11 @@ class HostActors:
         self.unpack = programs.unpacking(layout, self.local_like)
         self.learn = learner.learn_next
         self.envs: HostEnvs | None = spec.host(self.stop - self.start, False)
+        if self.drop and not hasattr(self.envs, "reset_some"):
+            self.close()
+            raise EnvError(f"{spec.name}: env_nonfinite=reset needs host environments that "
+                           f"reset one environment (HostEnvs.reset_some, as Gymnasium's vector "
+                           f"envs do); use env_nonfinite=error")
         self.eval_envs: HostEnvs | None = None
         try:
             self.eval_envs = spec.host(self.eval_stop - self.eval_start, True)
@@ -298,6 +304,7 @@ class HostActors:
         reward, terminated, truncated = (np.empty((T, n), np.float32), np.empty((T, n), bool),
                                          np.empty((T, n), bool))
         final_obs = np.empty_like(obs) if keep_final else None
+        valid = np.ones((T, n), bool) if self.drop else None
         outputs: dict[str, np.ndarray] = {}   # act's packed outputs [T, n, K] per dtype
         for t in range(T):   # only what must happen per step: act, step, store
             packed, self.carry = self._act(acting, self.carry, self.obs, noise, self._steps[t])
@@ -308,7 +315,10 @@ class HostActors:
             # the environment's action: the packed tuple's last leaf (one array), as a view
             env_action = self._unpack.leaf(outputs, -1)[t]
             out = self.envs.step(env_action)
-            self._check_finite(out, keep_final, t)
+            if self.drop:
+                out, valid[t] = self._drop_nonfinite(out, keep_final, t)
+            else:
+                self._check_finite(out, keep_final, t)
             obs[t], reward[t], terminated[t], truncated[t] = (self.obs, out.reward,
                                                               out.terminated, out.truncated)
             if keep_final:
@@ -322,11 +332,14 @@ class HostActors:
         finished_return, finished_length, self.episode_return, self.episode_length = \
             episode_sums(reward, terminated | truncated, self.episode_return,
                          self.episode_length)
+        if self.drop:   # a dropped step ended no episode
+            finished_return, finished_length = (np.where(valid, finished_return, 0),
+                                                np.where(valid, finished_length, 0))
         action, extras, _ = self._unpack(outputs)
         steps = Transition(
             obs=obs, action=action, reward=reward, terminated=terminated, truncated=truncated,
             finished_return=finished_return, finished_length=finished_length, extras=extras,
-            final_obs=final_obs)
+            final_obs=final_obs, valid=valid)
         # one array, one placement per update (a placement per leaf was ~40 % of a 1-env
         # SAC step's host time)
         packed = programs.pack_envs_host(Trajectory(steps, self.obs,
@@ -334,29 +347,59 @@ class HostActors:
         return jax.make_array_from_process_local_data(
             self.obs_sharding, packed, (self.num_envs, packed.shape[1]))
 
+    def _nonfinite(self, out: Any, keep_final: bool) -> dict[str, np.ndarray] | None:
+        """Per part of a step (reward, observation, final observation where it is used), the
+        environments [n] for which it is not finite; None if all are (the per-step fast
+        path)."""
+        parts = [("reward", out.reward)]
+        if self.float_obs:
+            parts += [("observation", out.obs)] + ([("final observation", out.final_obs)]
+                                                   if keep_final else [])
+        if all(np.isfinite(x).all() for _, x in parts):
+            return None
+        n = len(out.reward)
+        bad = {name: ~np.isfinite(x).reshape(n, -1).all(axis=1) for name, x in parts}
+        if "final observation" in bad:   # apart from the observation only where one ended
+            bad["final observation"] &= out.terminated | out.truncated
+        return bad
+
+    def _drop_nonfinite(self, out: Any, keep_final: bool, t: int) -> tuple[Any, np.ndarray]:
+        """``env_nonfinite: reset``: the environments whose step was not finite start a new
+        episode (seeded from the run's seed, the env step and their global index) and the
+        step is marked dropped as the programs mark it (``envs.base._drop_nonfinite``:
+        terminated AND truncated, reward 0, the observation it acted on as its final one);
+        returns the step and which environments' steps are valid [n]."""
+        truncated = out.truncated & ~out.terminated   # the pair is the dropped mark only
+        parts = self._nonfinite(out, keep_final)
+        if parts is None:
+            return out._replace(truncated=truncated), np.ones(len(out.reward), bool)
+        bad = np.logical_or.reduce(list(parts.values()))
+        step = self.collected * self.T + t + 1
+        seeds = self._seeds(keys.host_env_reset_key(self.seed_key, step), self.start,
+                            self.stop)
+        fresh = self.envs.reset_some(seeds, bad)
+        rows = bad.reshape(-1, *([1] * (out.obs.ndim - 1)))
+        return out._replace(
+            obs=np.where(rows, fresh, out.obs), reward=np.where(bad, 0, out.reward),
+            terminated=out.terminated | bad, truncated=truncated | bad,
+            final_obs=np.where(rows, self.obs, out.final_obs)), ~bad
+
     def _check_finite(self, out: Any, keep_final: bool, t: int) -> None:
         """Stop at an environment's non-finite output, before any of it is stored, learned
         from or saved (a NaN observation would otherwise reach the replay or the normalisers,
         and every later update would be skipped as non-finite): one line naming the
         environment, where and what."""
-        parts = [("reward", out.reward)]
-        if self.float_obs:
-            parts += [("observation", out.obs)] + ([("final observation", out.final_obs)]
-                                                   if keep_final else [])
-        if all(np.isfinite(x).all() for _, x in parts):   # the per-step fast path
+        bad = self._nonfinite(out, keep_final)
+        if bad is None:
             return
-        n = len(out.reward)
-        bad = {name: ~np.isfinite(x).reshape(n, -1).all(axis=1) for name, x in parts}
-        if "final observation" in bad:   # apart from the observation only where one ended
-            bad["final observation"] &= out.terminated | out.truncated
         i = int(np.flatnonzero(np.logical_or.reduce(list(bad.values())))[0])
         what = " and ".join(name for name, b in bad.items() if b[i])
         raise EnvError(
             f"{self.spec.name}: environment {self.start + i} (process "
             f"{jax.process_index()}) returned a non-finite {what} at its env step "
             f"{self.collected * self.T + t + 1} (update {self.collected + 1}); nothing of "
-            f"that update was learned or saved. Repair the environment, or end the episode "
-            f"there (terminated=True with a finite observation), then resume")
+            f"that update was learned or saved. Repair the environment, or resume with --set "
+            f"env_nonfinite=reset to drop such steps and reset their environments")
 
     def updates(self, n: int) -> Callable[[RunState], tuple[RunState, dict]]:
         """``n`` updates: collect on this process's environments, learn on the mesh."""
@@ -414,7 +457,8 @@ class HostActors:
             terminated=scalar(np.bool_), truncated=scalar(np.bool_),
             finished_return=scalar(np.float32), finished_length=scalar(np.int32),
             extras=jax.tree.map(over_time, extras),
-            final_obs=over_time(obs) if self.agent.keep_final_obs else None)
+            final_obs=over_time(obs) if self.agent.keep_final_obs else None,
+            valid=scalar(np.bool_) if self.drop else None)
         return Trajectory(steps, obs, carry)
 
     # ------------------------------------------------------------------ evaluation

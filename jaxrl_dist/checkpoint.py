@@ -51,6 +51,8 @@ RESUMABLE_CHANGES = ("updates_per_call", "checkpoint_every", "keep_checkpoints",
                      "eval_episodes", "target_return", "solved_return", "checkpoint_minutes",
                      "check_replicas_every", "check_replicas_minutes", "compile_cache",
                      "max_nonfinite_skips", "wandb",
+                     # a run stopped by a non-finite environment continues with "reset"
+                     "env_nonfinite",
                      # how the devices split the gradient's sum (as a topology change does):
                      # rounding, not the algorithm; auto decides anew on the resumed topology
                      "replicate_learn", "replicate_act")

@@ -158,6 +158,13 @@ class Config:
         "an update whose loss, gradient or new parameters are not finite is skipped (its "
         "changes dropped, counted as nonfinite_skipped); this many in a row stop the run with "
         "an error (exit 65) naming them and the last checkpoint", default=10)
+    env_nonfinite: str = _doc(
+        "what a non-finite reward or observation from an environment does (host environments "
+        "and environments inside the program alike): 'error' = stop the run with one line "
+        "naming the environment, nothing of that update saved (exit 2); 'reset' = drop that "
+        "step (never learned from, stored only as a row no sample or window uses), reset that "
+        "environment and go on, counting env_nonfinite_resets. May change on --resume",
+        default="error")
     overlap_actors: bool = _doc(
         "host environments (gymnasium:): step the next batch while the learner updates, "
         "acting with the parameters of one update before (one update of policy lag, as "
@@ -209,6 +216,9 @@ class Config:
     def algorithm(self) -> agents.Algorithm:
         return agents.get(self.algo)
 
+
+# What a non-finite value from an environment does (``env_nonfinite``).
+ENV_NONFINITE = ("error", "reset")
 
 # jax_default_matmul_precision values offered ("default" leaves JAX's own choice).
 MATMUL_PRECISIONS = ("default", "float32", "tensorfloat32", "bfloat16")
@@ -381,6 +391,8 @@ def check(config: Config) -> None:
     for name in ("checkpoint_every", "eval_every", "check_replicas_every", "checkpoint_minutes",
                  "check_replicas_minutes"):
         require(getattr(c, name) >= 0, f"{name} must be >= 0 (0 = off), got {getattr(c, name)}")
+    require(c.env_nonfinite in ENV_NONFINITE,
+            f"env_nonfinite must be one of {', '.join(ENV_NONFINITE)}, got {c.env_nonfinite!r}")
     require(c.matmul_precision in MATMUL_PRECISIONS,
             f"matmul_precision must be one of {', '.join(MATMUL_PRECISIONS)}, got "
             f"{c.matmul_precision!r}")

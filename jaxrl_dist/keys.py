@@ -64,6 +64,13 @@ def host_env_seeds_key(seed_key: jax.Array, update: int) -> jax.Array:
     return jax.random.fold_in(of_seed(seed_key).envs, update)
 
 
+def host_env_reset_key(seed_key: jax.Array, env_step: int) -> jax.Array:
+    """Host environments that ``env_nonfinite: reset`` resets after their ``env_step``-th
+    step are re-seeded from this key and their global index (a stream apart from
+    :func:`host_env_seeds_key`'s, whose updates never reach 2^32 - 1)."""
+    return jax.random.fold_in(jax.random.fold_in(of_seed(seed_key).envs, 2**32 - 1), env_step)
+
+
 class EvalKeys(NamedTuple):
     reset: jax.Array   # the evaluation environments' resets (folded with their index)
     steps: jax.Array   # each step's keys (folded with the step, then the index)

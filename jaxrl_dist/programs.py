@@ -29,7 +29,7 @@ from jaxrl_dist.evaluate import make_eval_program
 from jaxrl_dist.errors import ConfigError
 from jaxrl_dist.sharding import REPLICATED, Layout, replicated_layout
 from jaxrl_dist.sizes import Sizes
-from jaxrl_dist.types import RunState, Trajectory
+from jaxrl_dist.types import RunState, Trajectory, dropped
 
 
 # Counted by the programs for every learner: updates whose changes were dropped because a loss,
@@ -45,13 +45,26 @@ SKIPPED = "nonfinite_skipped"
 ENV_NONFINITE = "env_nonfinite"
 ENV_NONFINITE_AT = "_env_nonfinite_at"
 ENV_CHECKS = {ENV_NONFINITE: "sum", ENV_NONFINITE_AT: "last"}
+# With ``env_nonfinite: reset`` instead: the steps the environments' resets dropped (each
+# environment whose step was not finite), summed over every environment: ONE psum per update.
+ENV_NONFINITE_RESETS = "env_nonfinite_resets"
+ENV_RESETS = {ENV_NONFINITE_RESETS: "sum"}
 
 
-def env_nonfinite(trajectory: Trajectory, env_ids: jax.Array, axis: Any
-                  ) -> dict[str, jax.Array]:
+def env_checks(drop_nonfinite: bool) -> dict[str, str]:
+    """The metrics :func:`env_nonfinite` reports, and how a row aggregates them."""
+    return ENV_RESETS if drop_nonfinite else ENV_CHECKS
+
+
+def env_nonfinite(trajectory: Trajectory, env_ids: jax.Array, axis: Any,
+                  drop_nonfinite: bool = False) -> dict[str, jax.Array]:
     """:data:`ENV_NONFINITE` and :data:`ENV_NONFINITE_AT` of one rollout ``[T, E_local]``,
-    reduced over ``axis`` (every device then holds the same values, as metrics do)."""
+    reduced over ``axis`` (every device then holds the same values, as metrics do); with
+    ``drop_nonfinite``, :data:`ENV_NONFINITE_RESETS` (the rollout holds no such value)."""
     steps = trajectory.steps
+    if drop_nonfinite:
+        count = jnp.sum(dropped(steps.terminated, steps.truncated)).astype(jnp.float32)
+        return {ENV_NONFINITE_RESETS: jax.lax.psum(count, axis)}
     T = steps.reward.shape[0]
 
     def finite_rows(x: jax.Array) -> jax.Array:   # [T, E, ...] -> [T, E]
@@ -114,14 +127,17 @@ def as_layout(layout: Layout | Mesh) -> Layout:
     return layout if isinstance(layout, Layout) else Layout(layout)
 
 
-def compile_options(spec: EnvSpec, layout: Layout) -> CompileOptions:
+def compile_options(spec: EnvSpec, layout: Layout, drop_nonfinite: bool = False
+                    ) -> CompileOptions:
     """How the programs of ``layout`` compile ``spec``'s steps: shard_map's varying-axis checks
     where the environment passes them (EnvSpec.shard_map_safe); with a population's members
     vmapped on each device, the lazy reset's predicate reduced over them and no checks
-    (CompileOptions.batch_axis)."""
+    (CompileOptions.batch_axis); ``drop_nonfinite`` (``env_nonfinite: reset``) for training's
+    rollouts."""
     if not layout.members:
-        return CompileOptions(check_vma=spec.shard_map_safe)
-    return CompileOptions(check_vma=False, batch_axis=layout.member_vmap_axis)
+        return CompileOptions(check_vma=spec.shard_map_safe, drop_nonfinite=drop_nonfinite)
+    return CompileOptions(check_vma=False, batch_axis=layout.member_vmap_axis,
+                          drop_nonfinite=drop_nonfinite)
 
 
 class EnvInputs(NamedTuple):
@@ -166,6 +182,7 @@ class Learner(NamedTuple):
                                       #   None) -> (train, pbt, pbt.Round): one round over the
                                       #   whole member axis, donating train and pbt
     pbt: Any = None                   # pbt.Settings with PBT on
+    drop_nonfinite: bool = False      # env_nonfinite: reset (host actors drop such steps)
 
 
 class RunSettings(NamedTuple):
@@ -175,12 +192,14 @@ class RunSettings(NamedTuple):
     eval_deterministic: bool
     swept: tuple[str, ...] = ()   # names of the hyperparameters held as arrays in the state
     pbt: Any = None               # pbt.Settings with PBT on, else None
+    drop_nonfinite: bool = False  # env_nonfinite: reset
 
     @classmethod
     def of(cls, config: Config) -> RunSettings:
         return cls(config.eval_episodes, config.eval_deterministic,
                    tuple(population.hparam_name(k) for k in population.hparam_keys(config)),
-                   pbt_lib.settings(config) if config.pbt.enabled else None)
+                   pbt_lib.settings(config) if config.pbt.enabled else None,
+                   config.env_nonfinite == "reset")
 
 
 def make_learner(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | Mesh) -> Learner:
@@ -330,7 +349,12 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
     all-gather) and ``whole`` learns from all of it there, its data (a replay) held whole on
     every device: no collective inside learning, the one-device program on every device."""
     check_aggregations(agent)
-    options = compile_options(spec, layout)
+    drop = settings.drop_nonfinite
+    if drop and spec.pool is not None:
+        from jaxrl_dist.envs import EnvError
+        raise EnvError(f"{spec.name}: env_nonfinite=reset cannot reset one environment of a "
+                       f"pool stepped outside JAX; remove env_nonfinite or set it to error")
+    options = compile_options(spec, layout, drop)
     mesh, axis = layout.mesh, layout.data_axis
     E, T = sizes.local_envs, agent.steps_per_env
     pbt = settings.pbt if layout.members else None
@@ -358,7 +382,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         env_ids = rollout.local_env_ids(E, axis)
         carry = actors.carry
         actors, steps = rollout.collect(spec, agent, agent.acting(train), actors, env_ids, key, T,
-                                        options.batch_axis)
+                                        options.batch_axis, options.drop_nonfinite)
         return actors, Trajectory(steps, actors.env.obs, carry)
 
     def learn_local(train, data, trajectory, key):
@@ -369,14 +393,18 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
 
     def learn_next_local(train, data, trajectory):
         k = keys.of_update(train.key)   # the host actors acted with k.act
-        return learn_local(train._replace(key=k.next), data, trajectory, k.learn)
+        train, data, metrics = learn_local(train._replace(key=k.next), data, trajectory, k.learn)
+        if drop:   # the host actors dropped them (the error kind stops on the host)
+            metrics = {**metrics, **env_nonfinite(trajectory, (), axis, drop)}
+        return train, data, metrics
 
     def one_update(state: RunState, _):
         k = keys.of_update(state.train.key)
         actors, trajectory = collect_local(state.train, state.actors, k.act)
         train, data, metrics = learn_local(state.train._replace(key=k.next), state.data,
                                            trajectory, k.learn)
-        metrics = {**metrics, **env_nonfinite(trajectory, rollout.local_env_ids(E, axis), axis)}
+        metrics = {**metrics, **env_nonfinite(trajectory, rollout.local_env_ids(E, axis), axis,
+                                              drop)}
         window = pbt_lib.accumulate(state.pbt, metrics) if pbt else ()
         return RunState(train, actors, data, window), metrics
 
@@ -425,7 +453,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         learn_next_smap = smap(learn_next_local, (layout.train, data_spec, trajectory_specs),
                                (layout.train, data_spec, layout.train))
     else:
-        learn_smap = _learn_whole(whole, agent, spec, layout, smap, trajectory_specs)
+        learn_smap = _learn_whole(whole, agent, spec, layout, smap, trajectory_specs, drop)
 
         def learn_next_smap(train, data, trajectory):
             k = keys.of_update(train.key)   # the host actors acted with k.act
@@ -491,13 +519,15 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         input_specs.eval)
 
     return Learner(init, update, learn, collect, evaluate, abstract_state, layout, init_program,
-                   agent, specs, {**agent.metrics, SKIPPED: "sum", **ENV_CHECKS}, env_inputs,
+                   agent, specs, {**agent.metrics, SKIPPED: "sum", **env_checks(drop)},
+                   env_inputs,
                    _restored(agent, layout, data_spec, smap), learn_next,
-                   replicated=whole is not None, exploit=exploit, pbt=pbt)
+                   replicated=whole is not None, exploit=exploit, pbt=pbt,
+                   drop_nonfinite=drop)
 
 
 def _learn_whole(whole: Agent, agent: Agent, spec: EnvSpec, layout: Layout, smap: Callable,
-                 trajectory_specs: Trajectory) -> Callable[..., Any]:
+                 trajectory_specs: Trajectory, drop_nonfinite: bool) -> Callable[..., Any]:
     """``replicate_learn``'s learn, over global arrays: the trajectory packed on the run's mesh
     and gathered to every device in ONE all-gather (the reshard into the whole-batch mesh),
     then ``whole`` (made for :func:`replicated_layout`) learns from all of it on every device,
@@ -515,7 +545,8 @@ def _learn_whole(whole: Agent, agent: Agent, spec: EnvSpec, layout: Layout, smap
             learned, metrics = keep_finite(train, learned, metrics)
             axis = whole_layout.data_axis   # one device: reduces nothing, types the values
             env_ids = rollout.local_env_ids(trajectory.last_obs.shape[0], axis)
-            return learned, data, {**metrics, **env_nonfinite(trajectory, env_ids, axis)}
+            return learned, data, {**metrics, **env_nonfinite(trajectory, env_ids, axis,
+                                                               drop_nonfinite)}
         train_spec, envs_spec = whole_layout.train, whole_layout.envs
         return jax.shard_map(
             body, mesh=whole_layout.mesh, in_specs=(train_spec, envs_spec, envs_spec, train_spec),

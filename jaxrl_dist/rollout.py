@@ -100,13 +100,13 @@ def rollout_noise(agent: Agent, act_key: jax.Array, env_ids: jax.Array, num_step
 
 
 def collect(spec: EnvSpec, agent: Agent, acting: Any, actors: ActorState, env_ids: jax.Array,
-            key: jax.Array, num_steps: int, batch_axis: str | None = None
-            ) -> tuple[ActorState, Transition]:
+            key: jax.Array, num_steps: int, batch_axis: str | None = None,
+            drop_nonfinite: bool = False) -> tuple[ActorState, Transition]:
     """Step the local environments ``num_steps`` times with ``agent.act``.
 
     Args:
       acting: ``agent.acting(train)``.  actors: [E].  env_ids: [E] int32 global indices.
-      key: replicated.  batch_axis: the program's ``envs.CompileOptions.batch_axis``.
+      key: replicated.  batch_axis, drop_nonfinite: the program's ``envs.CompileOptions``.
     Returns:
       (actors after the rollout, transitions [T, E, ...]).
     """
@@ -124,7 +124,7 @@ def collect(spec: EnvSpec, agent: Agent, acting: Any, actors: ActorState, env_id
         slots = actors.env
         action, carry, extras = agent.act(acting, actors.carry, slots.obs, slots.mask, noise_t)
         new_slots, out = envs_lib.step(spec, key_env_t, slots, agent.env_action(action),
-                                       batch_axis=batch_axis)
+                                       batch_axis=batch_axis, drop_nonfinite=drop_nonfinite)
         done = jnp.logical_or(out.terminated, out.truncated)
         carry = jax.tree.map(lambda c0, c: jax.vmap(jnp.where)(done, c0, c),
                              initial_carry, carry)   # a new episode starts from a fresh carry
@@ -143,6 +143,15 @@ def collect(spec: EnvSpec, agent: Agent, acting: Any, actors: ActorState, env_id
     # envs) and compile longer (it was +25 % when the body still drew keys and ran the critic).
     actors, packed = jax.lax.scan(env_step, actors, (noise, key_env))
     return actors, unpack[0](packed)
+
+
+def stops_before_invalid(steps: Transition) -> jax.Array:
+    """[T, E]: the step did not end its episode but the rollout's next step is not experience
+    (``valid`` False after a step that did not end one: a step ``env_nonfinite: reset``
+    dropped). Learners end it there by a time limit, bootstrapped from where it arrived (the
+    observation the dropped step acted on), so no return or trace runs into the dropped step."""
+    invalid_next = jnp.concatenate([~steps.valid[1:], jnp.zeros_like(steps.valid[:1])])
+    return invalid_next & ~(steps.terminated | steps.truncated)
 
 
 def episode_sums(steps: Transition) -> dict[str, jax.Array]:

@@ -57,6 +57,8 @@ class Run:
     # wall time went without a profiler (e.g. host logging longer than a device call)
     timing: dict[str, float] = field(default_factory=dict)
     watch: Any = None   # faults.DivergenceWatch: streaks of updates skipped as non-finite
+    # steps env_nonfinite=reset dropped this session, per member (summary.json)
+    env_resets: dict[int, int] = field(default_factory=dict)
     driver: Any = None   # drivers.Driver: how the updates reach the environments
     exploit: Any = None  # with PBT: the compiled round (drivers.base.Ready.exploit)
     pbt_key: Any = None  # with PBT: the run seed's key, replicated: rounds draw from it

@@ -40,7 +40,9 @@ def build(run: Run, stats: list[tuple[float, str]], pbt_state: Any = None,
                 "eval_return": last["eval/return_mean"][m] if last else None,
                 "eval_return_std": last["eval/return_std"][m] if last else None,
                 # updates dropped as non-finite this session (a diverged run stopped on them)
-                "nonfinite_skipped": int(run.watch.total[m]) if run.watch is not None else 0}
+                "nonfinite_skipped": int(run.watch.total[m]) if run.watch is not None else 0,
+                # steps dropped (environments reset) this session: env_nonfinite=reset
+                "env_nonfinite_resets": run.env_resets.get(m, 0)}
 
     steps_this_session = (run.updates_done - run.first_update) * sizes.batch_size
     summary = {

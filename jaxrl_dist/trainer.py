@@ -339,6 +339,10 @@ def loop(run: Run) -> None:
         writer.close()
     except BaseException:
         writer.close(wait=False)
+        if distributed.process_count() == 1:   # a Python caller may resume in this process:
+            # the save in flight (of a state checked before it) ends first, not alongside
+            with contextlib.suppress(Exception):
+                run.checkpointer.close()
         raise
     if run.watch.tripped is not None:   # in the last call's metrics
         run.status = "diverged"
@@ -539,7 +543,13 @@ def _log(run: Run, writer: reporting.Background, speed: _Speed, metrics: Any, up
 def _check_environments(run: Run, host: dict, last_update: int) -> None:
     """Stop at a non-finite reward or observation that an environment inside the program
     returned (:data:`programs.ENV_NONFINITE`), naming it, before anything of that update is
-    saved (the loop flushes these metrics before every save)."""
+    saved (the loop flushes these metrics before every save); with ``env_nonfinite: reset``,
+    count the steps dropped instead."""
+    resets = host.get(programs.ENV_NONFINITE_RESETS)
+    if resets is not None:
+        counts = np.asarray(resets).reshape(run.layout.members or 1, -1).sum(1)
+        for m, count in enumerate(counts):
+            run.env_resets[m] = run.env_resets.get(m, 0) + int(count)
     flags = host.get(programs.ENV_NONFINITE)
     if flags is None or not np.any(np.asarray(flags) > 0):
         return
@@ -561,8 +571,8 @@ def _check_environments(run: Run, host: dict, last_update: int) -> None:
         f"{('', 'reward', 'observation', 'reward and observation')[what]} at its env step "
         f"{(update - 1) * run.sizes.steps_per_env + t + 1} (update {update}); nothing of "
         f"that update was saved ({kept}). "
-        f"Repair the environment, or end the episode there (a terminal step with a finite "
-        f"observation), then resume")
+        f"Repair the environment, or resume with --set env_nonfinite=reset to drop such "
+        f"steps and reset their environments")
 
 
 def _write(run: Run, head: dict, host: dict, result: dict | None, pbt_round: Any = None

@@ -65,3 +65,10 @@ class Trajectory(NamedTuple):
     last_obs: jax.Array        # [E, *obs] the observation after the last step (bootstrap)
     carry: Any = ()            # [E, ...] the policy's carry before the first step (what a
                                #   recurrent learner replays from); () feed-forward
+
+
+def dropped(terminated: Any, truncated: Any) -> Any:
+    """Which steps ``env_nonfinite: reset`` dropped: the mark ``envs.base._drop_nonfinite``
+    gives them (terminated AND truncated, a pair no environment reports: every kind keeps
+    ``truncated`` apart from ``terminated``), as rollouts and replays hold it."""
+    return terminated & truncated

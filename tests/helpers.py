@@ -32,6 +32,48 @@ SMALL = ["--set", "num_envs=4", "--set", "num_steps=32", "--set", "updates_per_c
          "--set", "checkpoint_every=5", "--set", "eval_every=10", "--set", "eval_episodes=4"]
 
 
+# The Q-learning tests' configs (test_qlearning, test_replicate_learn):
+# 20 updates of 4 envs x 2 steps; the buffer (16 steps per environment) wraps twice; 4 shards
+# so 1, 2 and 4 devices hold whole shards; 3-step returns; learning from the 4th update.
+DQN = dict(algo="dqn", env="CartPole-v1", seed=2, num_envs=4, total_timesteps=4 * 2 * 20,
+           updates_per_call=5, checkpoint_every=5, checkpoint_minutes=0, eval_episodes=4,
+           dqn=dict(num_steps=2, gradient_steps=2, batch_size=16, buffer_size=64,
+                    buffer_shards=4, learning_starts=24, n_step=3, target_update_period=3,
+                    epsilon_decay_steps=100, learning_rate=3e-3))
+# 6 updates of 4 envs x 16 steps, 2 epochs x 2 minibatches.
+PQN = dict(algo="pqn", env="CartPole-v1", seed=3, num_envs=4, total_timesteps=4 * 16 * 6,
+           updates_per_call=3, eval_episodes=4,
+           pqn=dict(num_steps=16, update_epochs=2, num_minibatches=2, epsilon_decay_steps=200,
+                    learning_rate=3e-3))
+
+
+# The off-policy tests' configs (test_offpolicy, test_replicate_learn, test_faults):
+# 20 updates of 4 envs x 2 steps; the buffer (16 steps per environment) wraps; 2 shards, so 1
+# and 2 devices hold whole shards; learning from the 6th update, 2 gradient steps each, the
+# actor every 2nd; observation moments reduced over the devices.
+SECTION = dict(num_steps=2, utd=2, batch_size=16, buffer_size=64, buffer_shards=2,
+               learning_starts=40, policy_delay=2, normalize_observations=True,
+               actor_lr=1e-3, critic_lr=1e-3,
+               network=dict(actor_hidden=[16, 16], critic_hidden=[16, 16]))
+SAC = dict(algo="sac", env="Pendulum-v1", seed=4, num_envs=4, total_timesteps=4 * 2 * 20,
+           updates_per_call=5, checkpoint_every=5, checkpoint_minutes=0, eval_episodes=2,
+           sac=dict(SECTION, alpha_lr=1e-2))
+TD3 = {**{k: v for k, v in SAC.items() if k != "sac"}, "algo": "td3", "td3": SECTION}
+# CrossQ on the same sizes, 4 replay shards (1, 2 and 4 devices hold whole shards); batch
+# renormalisation from the 10th update (40 random env steps + 40 of plain batch statistics).
+CROSSQ = {**{k: v for k, v in SAC.items() if k != "sac"}, "algo": "crossq", "eval_episodes": 4,
+          "crossq": dict(SECTION, buffer_shards=4, renorm_warmup_steps=40)}
+# The command-line form (JSON is YAML): SAC on gymnax's Pendulum, 40 updates.
+CLI_RUN = {**SAC, "total_timesteps": 4 * 2 * 40, "checkpoint_every": 10}
+CROSSQ_CLI_RUN = {**CROSSQ, "total_timesteps": 4 * 2 * 40, "checkpoint_every": 10}
+
+
+def write_config(tmp_path, config):
+    """``config`` (a dict) as a YAML file in ``tmp_path`` (JSON is YAML); its path."""
+    path = tmp_path / "run.yaml"
+    path.write_text(json.dumps(config))
+    return str(path)
+
 def _test_xla_flags() -> str:
     """XLA flags of every program the suite compiles, in its processes and their children.
     jaxlib 0.10's XLA:CPU generates code with its fusion emitters by default; its classic

@@ -8,6 +8,9 @@ environment tests load this one (``JAXRL_DIST_PLUGINS=host_plugin``, tests/ on P
 * ``jaxrl_test/Hangs-v0``: the same trigger, but the step never returns.
 * ``jaxrl_test/Glitch-v0``: the same trigger, but one step returns a NaN observation (a sensor
   glitch), and the corridor goes on.
+* ``jaxrl_test/Sensor-v0``: the corridor whose sensor fails at the 5th step of every episode
+  started in cell 0 (a NaN observation), on every process alike: a fault that depends on the
+  environment's own episode, not on the topology.
 * ``jaxrl_test/MultiDiscrete-v0``: an action space the networks cannot take.
 * ``jaxrl_test/NeedsMujoco-v0``: its constructor reports a missing optional dependency.
 """
@@ -86,6 +89,21 @@ class Glitch(Faulty):
         return obs, reward, terminated, truncated, info
 
 
+class Sensor(Corridor):
+    """The corridor; an episode started in cell 0 reads NaN at its 5th step."""
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        self.start = self.x
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.start == 0 and self.steps == 5:
+            obs = np.full_like(obs, np.nan)
+        return obs, reward, terminated, truncated, info
+
+
 class MultiAction(Corridor):
     def __init__(self):
         super().__init__()
@@ -100,6 +118,7 @@ class NeedsMujoco(Corridor):
 
 for _name, _cls, _limit in [("Corridor-v0", Corridor, 40), ("Faulty-v0", Faulty, 40),
                             ("Hangs-v0", Hangs, 40), ("Glitch-v0", Glitch, 40),
+                            ("Sensor-v0", Sensor, 40),
                             ("MultiDiscrete-v0", MultiAction, 40),
                             ("NeedsMujoco-v0", NeedsMujoco, 40)]:
     if f"jaxrl_test/{_name}" not in gymnasium.registry:

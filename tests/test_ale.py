@@ -148,6 +148,23 @@ def test_bad_atari_input_is_one_line(env, kwargs, words):
     assert "\n" not in message and all(w in message for w in words), message
 
 
+def test_env_nonfinite_reset_on_a_pool_is_one_line():
+    """A pool's environments reset themselves, one step late: ``env_nonfinite=reset`` cannot
+    end one of their episodes from the program, and says so before anything compiles."""
+    import jax
+
+    from jaxrl_dist import sharding
+    from jaxrl_dist import sizes as sizes_lib
+    from jaxrl_dist.programs import make_learner
+
+    config = config_lib.from_dict({**PPO, "env_nonfinite": "reset"})
+    with pytest.raises(EnvError) as error:
+        make_learner(config, sizes_lib.derive_sizes(config, 1), make_env(
+            config.env, env_kwargs=config.env_kwargs), sharding.make_layout(jax.devices()[:1]))
+    message = str(error.value)
+    assert "\n" not in message and "env_nonfinite=reset" in message and "pool" in message
+
+
 def test_a_missing_ale_extra_names_the_install(monkeypatch):
     from jaxrl_dist.envs import registry
     monkeypatch.setattr(registry, "available", lambda suite: suite != "ale")

@@ -51,6 +51,7 @@ BAD = [  # (argv, words the one-line message must contain)
     ([CFG, "--set", "algo=[1]"], ["algo", "string"]),
     ([CFG, "--set", "matmul_precision=fast"], ["matmul_precision", "float32", "'fast'"]),
     ([CFG, "--set", "max_nonfinite_skips=0"], ["max_nonfinite_skips", ">= 1"]),
+    ([CFG, "--set", "env_nonfinite=ignore"], ["env_nonfinite", "error, reset", "'ignore'"]),
     ([CFG, "--set", "num_envs"], ["KEY=VALUE"]),
     (["missing.yaml"], ["not found", "missing.yaml"]),
     ([], ["CONFIG"]),

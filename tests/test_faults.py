@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import CFG, TINY_ARGS, _env, run_launcher, summaries, train_cli
+from helpers import CFG, CROSSQ, SAC, TD3, TINY_ARGS, _env, run_launcher, summaries, train_cli
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import faults, programs, reporting, sharding
 from jaxrl_dist import sizes as sizes_lib
@@ -110,6 +110,50 @@ def test_an_environment_inside_the_program_returning_nan_is_named_before_a_save(
     for leaf in jax.tree.leaves(state):
         if np.issubdtype(np.asarray(leaf).dtype, np.floating):
             assert np.isfinite(leaf).all()
+
+
+def _glitching_pendulum():
+    """gymnax's Pendulum, its reward NaN at the 7th step of every episode."""
+    from gymnax.environments.classic_control.pendulum import Pendulum
+
+    class GlitchingPendulum(Pendulum):
+        def step_env(self, key, state, action, params):
+            obs, state, reward, done, info = super().step_env(key, state, action, params)
+            return obs, state, jnp.where(state.time == 7, jnp.nan, reward), done, info
+    return GlitchingPendulum()
+
+
+RESET_LEARNERS = {**LEARNERS, "sac": SAC, "td3": TD3, "crossq": CROSSQ}
+
+
+@pytest.mark.parametrize("algo", list(RESET_LEARNERS))
+def test_with_env_nonfinite_reset_every_learner_drops_the_step_and_goes_on(algo, tmp_path):
+    """``env_nonfinite=reset`` with an environment inside the program that returns NaN in
+    every episode: each such step is dropped and its environment reset, the run completes
+    with nothing non-finite learned or kept (no update skipped, the state finite), and the
+    rows and the summary count the resets: as many on 1 device as on 2 (each environment's
+    episodes are its own on any topology). (Evaluation plays the same environment, its NaN
+    rewards included: not checked here.)"""
+    import json
+
+    from jaxrl_dist.trainer import train
+
+    base = RESET_LEARNERS[algo]
+    env = _glitching_cartpole() if base["env"] == "CartPole-v1" else _glitching_pendulum()
+    config = config_lib.from_dict({**base, "env_nonfinite": "reset", "checkpoint_every": 0})
+    counts = {}
+    for devices in (2, 1) if algo in ("ppo", "dqn") else (2,):
+        run = tmp_path / f"d{devices}"
+        summary = train(config, run, env=env, devices=jax.devices()[:devices], progress=False)
+        assert summary["status"] == "completed" and summary["nonfinite_skipped"] == 0
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
+        counts[devices] = summary["env_nonfinite_resets"]
+        assert counts[devices] == sum(r[programs.ENV_NONFINITE_RESETS] for r in rows) > 0
+        state, _ = read_checkpoint(run / "checkpoints")
+        for leaf in jax.tree.leaves(state):
+            if np.issubdtype(np.asarray(leaf).dtype, np.floating):
+                assert np.isfinite(leaf).all()
+    assert len(set(counts.values())) == 1, counts
 
 
 def test_the_programs_keep_the_state_before_a_non_finite_update():

@@ -216,6 +216,61 @@ def test_a_non_finite_observation_is_named_and_nothing_of_it_is_learned_or_saved
             assert np.isfinite(leaf).all()
 
 
+def test_resume_with_env_nonfinite_reset_continues_a_run_a_glitch_stopped(
+        plugin, tmp_path, monkeypatch):
+    """The run the NaN observation stopped resumes with ``env_nonfinite=reset`` (a key a resume
+    may change): the step is dropped, the environment reset, the run completes, everything it
+    holds finite, and the summary and the rows count the reset."""
+    import json
+
+    import jax
+
+    from jaxrl_dist.checkpoint import read_checkpoint
+    from jaxrl_dist.envs import EnvError
+    from jaxrl_dist.trainer import train
+
+    monkeypatch.setenv("JAXRL_TEST_FAULTY_RANK", "0")
+    monkeypatch.setenv("JAXRL_TEST_FAULTY_STEPS", "9")
+    config = _tiny("dqn", env="gymnasium:jaxrl_test/Glitch-v0", updates_per_call=1,
+                   checkpoint_every=1, checkpoint_minutes=0, total_timesteps=4 * 4 * 8)
+    with pytest.raises(EnvError, match="--set env_nonfinite=reset"):
+        train(config, tmp_path / "run", devices=jax.devices()[:1], progress=False)
+    import dataclasses
+    summary = train(dataclasses.replace(config, env_nonfinite="reset"), tmp_path / "run",
+                    resume=True, devices=jax.devices()[:1], progress=False)
+    assert summary["status"] == "completed" and np.isfinite(summary["eval_return"])
+    # the resumed environments start afresh (their step counts too): each glitches once more,
+    # 10 steps after the resume (of 16 or more left)
+    assert summary["env_nonfinite_resets"] == 4 and summary["nonfinite_skipped"] == 0
+    rows = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").open()]
+    assert sum(r.get("env_nonfinite_resets", 0) for r in rows) == 4
+    state, _ = read_checkpoint(tmp_path / "run" / "checkpoints")
+    for leaf in jax.tree.leaves(state):
+        if np.issubdtype(np.asarray(leaf).dtype, np.floating):
+            assert np.isfinite(leaf).all()
+
+
+def test_with_env_nonfinite_reset_2_processes_give_2_devices_parameters(tmp_path):
+    """An environment whose sensor fails in some of its episodes (their own, on any topology)
+    trained with ``env_nonfinite=reset``: each such step is dropped and its environment reset;
+    2 processes through the launcher drop the same steps and end on 1 process x 2 devices'
+    parameters bit for bit."""
+    cfg = "configs/gymnasium_cartpole.yaml"
+    args = [*HOST_ARGS, "--set", "env=gymnasium:jaxrl_test/Sensor-v0",
+            "--set", "replicate_learn=false", "--set", "env_nonfinite=reset"]
+    proc, one = train_cli(tmp_path / "d2", devices=2, args=args, config=cfg, **PLUGIN)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert one["status"] == "completed" and one["env_nonfinite_resets"] > 0
+    proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "1", cfg, *args,
+                         "--run-dir", str(tmp_path / "p2")], **PLUGIN)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ranks = summaries(tmp_path / "p2" / "logs")
+    for rank in ranks:
+        assert rank["param_fingerprint"] == one["param_fingerprint"]
+        assert rank["env_nonfinite_resets"] == one["env_nonfinite_resets"]
+        assert rank["eval_return"] == one["eval_return"]
+
+
 def test_a_users_env_class_and_vector_env_through_the_python_api(tmp_path):
     import jax
 

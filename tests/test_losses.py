@@ -49,6 +49,36 @@ class GAETest(chex.TestCase):
         np.testing.assert_allclose(adv, [[1.0, -1.0]])
 
 
+def test_gae_stops_before_a_dropped_step_and_bootstraps_from_where_it_arrived():
+    """A step ``env_nonfinite: reset`` dropped (``valid`` False, marked terminated AND
+    truncated): no advantage and no weight; the step before it ends there by a time limit,
+    its advantage r + gamma V(s_next) - V(s) (not the lambda-trace through the dropped step),
+    the rest of the rollout as GAE of the two pieces."""
+    from jaxrl_dist.agents.ppo.config import PPOConfig
+    from jaxrl_dist.agents.ppo.update import Values, gae_targets
+    from jaxrl_dist.types import Transition
+
+    T, gamma, lam = 6, 0.9, 0.8
+    r = np.array([1.0, 2.0, 3.0, 0.0, 5.0, 6.0], np.float32)[:, None]
+    v = np.array([0.5, 1.0, 1.5, 2.0, 2.5, 3.0], np.float32)[:, None]
+    drop = np.zeros((T, 1), bool)
+    drop[3] = True
+    steps = Transition(obs=None, action=None, reward=jnp.asarray(r), terminated=drop,
+                       truncated=drop, finished_return=None, finished_length=None, extras={},
+                       valid=~drop)
+    final_v = np.concatenate([v[1:], [[4.0]]])   # where each step arrived (no episode ends)
+    final_v[3] = 7.0                               # the dropped step's: never used
+    values = Values(jnp.asarray(v), jnp.array([4.0]), jnp.asarray(final_v))
+    adv, targets, weight = gae_targets(PPOConfig(), {"gamma": gamma, "gae_lambda": lam},
+                                       steps, values)
+    first = gae_reference(r[:3], v[:3], np.zeros((3, 1)), v[3], gamma, lam)   # to s_3
+    last = gae_reference(r[4:], v[4:], np.zeros((2, 1)), np.array([4.0]), gamma, lam)
+    np.testing.assert_allclose(np.asarray(adv)[:3], first, rtol=1e-5)
+    np.testing.assert_allclose(np.asarray(adv)[4:], last, rtol=1e-5)
+    assert float(adv[3, 0]) == 0.0 and np.asarray(weight)[:, 0].tolist() == [1, 1, 1, 0, 1, 1]
+    np.testing.assert_allclose(np.asarray(targets)[:3], first + v[:3], rtol=1e-5)
+
+
 def test_ppo_loss_hand_computed():
     # Two samples, two actions. Current policy logits give p(a=0) = 0.5 for sample 0 (logits
     # equal) and p(a=1) = e/(1+e) for sample 1.  Old log-probs are chosen so the ratios are

@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import max_rel_diff, params_of, run_launcher, summaries, train_cli, \
-    train_in_process
+from helpers import CLI_RUN, CROSSQ, CROSSQ_CLI_RUN, SAC, TD3, max_rel_diff, params_of, \
+    run_launcher, summaries, train_cli, train_in_process, write_config
 from jaxrl_dist import compile_cache
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import sharding
@@ -30,24 +30,6 @@ from jaxrl_dist.programs import make_learner
 from jaxrl_dist.sharding import DATA_AXIS, REPLICATED, SHARDED
 from jaxrl_dist.trainer import train
 
-# 20 updates of 4 envs x 2 steps; the buffer (16 steps per environment) wraps; 2 shards, so 1
-# and 2 devices hold whole shards; learning from the 6th update, 2 gradient steps each, the
-# actor every 2nd; observation moments reduced over the devices.
-SECTION = dict(num_steps=2, utd=2, batch_size=16, buffer_size=64, buffer_shards=2,
-               learning_starts=40, policy_delay=2, normalize_observations=True,
-               actor_lr=1e-3, critic_lr=1e-3,
-               network=dict(actor_hidden=[16, 16], critic_hidden=[16, 16]))
-SAC = dict(algo="sac", env="Pendulum-v1", seed=4, num_envs=4, total_timesteps=4 * 2 * 20,
-           updates_per_call=5, checkpoint_every=5, checkpoint_minutes=0, eval_episodes=2,
-           sac=dict(SECTION, alpha_lr=1e-2))
-TD3 = {**{k: v for k, v in SAC.items() if k != "sac"}, "algo": "td3", "td3": SECTION}
-# CrossQ on the same sizes, 4 replay shards (1, 2 and 4 devices hold whole shards); batch
-# renormalisation from the 10th update (40 random env steps + 40 of plain batch statistics).
-CROSSQ = {**{k: v for k, v in SAC.items() if k != "sac"}, "algo": "crossq", "eval_episodes": 4,
-          "crossq": dict(SECTION, buffer_shards=4, renorm_warmup_steps=40)}
-# The command-line form (JSON is YAML): SAC on gymnax's Pendulum, 40 updates.
-CLI_RUN = {**SAC, "total_timesteps": 4 * 2 * 40, "checkpoint_every": 10}
-CROSSQ_CLI_RUN = {**CROSSQ, "total_timesteps": 4 * 2 * 40, "checkpoint_every": 10}
 
 
 def _config(base, **section):
@@ -440,12 +422,6 @@ def test_population_member_is_its_single_run(tmp_path):
 
 # ------------------------------------------------------------------------ resumes, launcher
 
-def _write(tmp_path, config):
-    path = tmp_path / "run.yaml"
-    path.write_text(json.dumps(config))
-    return str(path)
-
-
 @pytest.mark.slow
 @pytest.mark.timeout(400)
 @pytest.mark.parametrize("run_config", [CLI_RUN, CROSSQ_CLI_RUN], ids=["sac", "crossq"])
@@ -453,7 +429,7 @@ def test_kill_9_then_resume_ends_where_the_uninterrupted_run_ends(tmp_path, run_
     """SIGKILL after update 25 (checkpoints every 10, the buffer in them); --resume ends with
     the uninterrupted run's parameters bit for bit: the buffer, the actors and every counter
     came back (CrossQ: its running statistics too, which also act)."""
-    cfg = _write(tmp_path, run_config)
+    cfg = write_config(tmp_path, run_config)
     proc, reference = train_cli(tmp_path / "ref", devices=2, args=[], config=cfg)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "run"
@@ -479,7 +455,7 @@ def test_sigterm_saves_the_replay_and_the_resumed_run_ends_as_uninterrupted(tmp_
     run ends with the uninterrupted run's parameters, bit for bit."""
     from helpers import sigterm_and_resume
 
-    cfg = _write(tmp_path, {**base, "total_timesteps": 8 * 1500, "checkpoint_every": 0})
+    cfg = write_config(tmp_path, {**base, "total_timesteps": 8 * 1500, "checkpoint_every": 0})
     (state, meta), err, resumed, reference = sigterm_and_resume(tmp_path, cfg)
     assert 10 <= meta["updates"] < 1500 and np.all(state["data"]["rows"] == 16)   # replay saved
     assert f"resuming at {meta['updates']}" in err
@@ -491,7 +467,7 @@ def test_sigterm_saves_the_replay_and_the_resumed_run_ends_as_uninterrupted(tmp_
 def test_a_host_env_resumes_deterministically(tmp_path):
     """Host environments restart fresh episodes on resume (their state is not in the
     checkpoint), re-seeded from (seed, update): two resumes of one kill end identically."""
-    cfg = _write(tmp_path, {**CLI_RUN, "env": "gymnasium:Pendulum-v1"})
+    cfg = write_config(tmp_path, {**CLI_RUN, "env": "gymnasium:Pendulum-v1"})
     run = tmp_path / "run"
     proc, _ = train_cli(run, devices=1, args=[], config=cfg, JAXRL_FAULT="kill@0:25")
     assert proc.returncode == -9, proc.stderr[-3000:]
@@ -516,7 +492,7 @@ def test_two_processes_equal_one_process_with_two_devices(tmp_path, run_config, 
     same shards per device, the same collectives), with replicate_learn set on both (auto
     turns it on across CPU processes only); split, CrossQ's batch statistics are all-reduced
     between the processes."""
-    cfg = _write(tmp_path, {**run_config, "replicate_learn": whole})
+    cfg = write_config(tmp_path, {**run_config, "replicate_learn": whole})
     proc, one = train_cli(tmp_path / "one", devices=2, args=[], config=cfg)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert one["replicate_learn"] is whole

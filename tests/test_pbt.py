@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import SMALL, TINY, max_rel_diff, run_launcher, summaries, train_cli
+from helpers import SMALL, TINY, run_launcher, summaries, train_cli
 from jaxrl_dist import config as config_lib, pbt, population, sharding
 from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist.config import ConfigError

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from helpers import max_rel_diff, train_in_process
+from helpers import DQN, PQN, max_rel_diff, train_in_process
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import population, sharding
 from jaxrl_dist import sizes as sizes_lib
@@ -25,19 +25,6 @@ from jaxrl_dist.programs import make_learner
 from jaxrl_dist.sharding import DATA_AXIS, REPLICATED, SHARDED
 from jaxrl_dist.trainer import train
 from jaxrl_dist.types import Transition
-
-# 20 updates of 4 envs x 2 steps; the buffer (16 steps per environment) wraps twice; 4 shards
-# so 1, 2 and 4 devices hold whole shards; 3-step returns; learning from the 4th update.
-DQN = dict(algo="dqn", env="CartPole-v1", seed=2, num_envs=4, total_timesteps=4 * 2 * 20,
-           updates_per_call=5, checkpoint_every=5, checkpoint_minutes=0, eval_episodes=4,
-           dqn=dict(num_steps=2, gradient_steps=2, batch_size=16, buffer_size=64,
-                    buffer_shards=4, learning_starts=24, n_step=3, target_update_period=3,
-                    epsilon_decay_steps=100, learning_rate=3e-3))
-# 6 updates of 4 envs x 16 steps, 2 epochs x 2 minibatches.
-PQN = dict(algo="pqn", env="CartPole-v1", seed=3, num_envs=4, total_timesteps=4 * 16 * 6,
-           updates_per_call=3, eval_episodes=4,
-           pqn=dict(num_steps=16, update_epochs=2, num_minibatches=2, epsilon_decay_steps=200,
-                    learning_rate=3e-3))
 
 
 def _config(base, **section):
@@ -130,6 +117,34 @@ def test_nstep_samples_match_the_definition(final_obs_stored):
             np.testing.assert_array_equal(np.asarray(batch.next_obs[i]), source[boot_row, col])
         assert int(batch.action[i]) == host.action[s, t, col]
     assert len(rows_seen) >= 6   # spread over the ring, not one row
+
+
+@pytest.mark.parametrize("final_obs_stored", [True, False])
+def test_a_dropped_row_is_never_sampled_and_ends_the_window_before_it(final_obs_stored):
+    """``env_nonfinite: reset`` marks a dropped step terminated AND truncated: a sample at it
+    weighs 0; a window from the rows before it ends on the row before it, bootstrapped from
+    the dropped row's observation (where that row arrived), never summing its reward."""
+    T = 6   # one environment: obs t at row t; rewards 1; row 3 dropped (reward 0 stored)
+    obs = np.arange(T, dtype=np.float32)[:, None, None]
+    term = np.zeros((T, 1), bool)
+    term[3] = True
+    steps = Transition(obs=obs, action=np.zeros((T, 1), np.int32),
+                       reward=np.where(term, 0.0, 1.0).astype(np.float32), terminated=term,
+                       truncated=term.copy(), finished_return=None, finished_length=None,
+                       extras={}, final_obs=obs + 1, valid=~term)
+    replay = replay_lib.add(replay_lib.init(1, T, 1, (1,), jnp.float32, final_obs_stored),
+                            steps)
+    out = replay_lib.sample(replay, jax.random.PRNGKey(0), jnp.arange(1), 256, 2, 0.9, True)
+    seen = {}
+    for o, r, d, nxt, w in zip(*(np.asarray(x).reshape(256, -1)[:, 0] for x in (
+            out.obs, out.reward, out.discount, out.next_obs, out.weight))):
+        seen[float(o)] = (round(float(r), 4), round(float(d), 4), float(nxt), float(w))
+    assert seen[0.0] == (1.9, 0.81, 2.0, 1.0)    # rows 0-1, from obs 2
+    assert seen[1.0] == (1.9, 0.81, 3.0, 1.0)    # rows 1-2 end before the dropped row 3
+    assert seen[2.0] == (1.0, 0.9, 3.0, 1.0)     # row 2 ends there: from row 3's obs
+    assert seen[3.0][3] == 0.0                   # the dropped row itself weighs nothing
+    plain = replay_lib.sample(replay, jax.random.PRNGKey(0), jnp.arange(1), 256, 2, 0.9)
+    assert plain.weight is None   # without the mark's meaning: the replay as it always was
 
 
 def test_uint8_storage_rounds_and_restores_grid_observations():

@@ -10,7 +10,8 @@ import jax
 import numpy as np
 import pytest
 
-from helpers import TINY, max_rel_diff, params_of, train_in_process
+from helpers import CLI_RUN, CROSSQ, DQN, PQN, SAC, TD3, TINY, max_rel_diff, params_of, \
+    train_in_process, write_config
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import sharding
 from jaxrl_dist import sizes as sizes_lib
@@ -19,8 +20,6 @@ from jaxrl_dist.programs import (make_learner, pack_envs, pack_envs_host, packed
                                  unpack_envs)
 from jaxrl_dist.types import Trajectory, Transition
 
-from test_offpolicy import CROSSQ, SAC, TD3
-from test_qlearning import DQN, PQN
 
 CASES = {"ppo": TINY, "dqn": DQN, "pqn": PQN, "sac": SAC, "td3": TD3, "crossq": CROSSQ}
 
@@ -136,9 +135,8 @@ def test_killed_on_two_devices_learning_whole_resumes_on_one_device_exactly(tmp_
     resumed on 1 device: it ends where the 1-device run ends (the same arrays, laid out anew;
     to float tolerance, as any change of topology)."""
     from helpers import train_cli
-    from test_offpolicy import CLI_RUN, _write
 
-    cfg = _write(tmp_path, CLI_RUN)
+    cfg = write_config(tmp_path, CLI_RUN)
     proc, reference = train_cli(tmp_path / "ref", devices=1, args=[], config=cfg)
     assert proc.returncode == 0, proc.stderr[-3000:]
     run = tmp_path / "run"

@@ -198,6 +198,9 @@ class CompileOptions:
     # also rejects collectives over a vmap axis under those checks: programs that set this run
     # with ``check_vma=False``.
     batch_axis: str | None = None
+    # ``env_nonfinite: reset``: a step whose reward or observation is not finite is dropped
+    # and its environment reset (:func:`drop_nonfinite`), in training's rollouts.
+    drop_nonfinite: bool = False
 
 
 def flatten_observation(obs: Any) -> jax.Array:
@@ -270,7 +273,7 @@ def step_keys(keys: jax.Array) -> jax.Array:
 
 
 def step(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array,
-         autoreset: bool = True, batch_axis: str | None = None
+         autoreset: bool = True, batch_axis: str | None = None, drop_nonfinite: bool = False
          ) -> tuple[EnvSlot, StepOutput]:
     """Step a batch of environments with auto-reset; tracks each running episode's statistics.
 
@@ -287,8 +290,53 @@ def step(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array,
     (Measured on CPU, where the branch is cheap; with thousands of
     environments per device some always finish, and on accelerators the branch's predicate
     may cost a host round trip per step: not yet measured.)
+    ``drop_nonfinite``: :func:`drop_nonfinite` after the step (``env_nonfinite: reset``).
     """
-    return _STEPS[spec.autoreset](spec, keys, slots, action, autoreset, batch_axis)
+    new_slots, out = _STEPS[spec.autoreset](spec, keys, slots, action, autoreset, batch_axis)
+    if drop_nonfinite:
+        return _drop_nonfinite(spec, keys, slots, new_slots, out, batch_axis)
+    return new_slots, out
+
+
+def _drop_nonfinite(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, new_slots: EnvSlot,
+                    out: StepOutput, batch_axis: str | None) -> tuple[EnvSlot, StepOutput]:
+    """``env_nonfinite: reset``: an environment whose step returned a non-finite reward, next
+    observation or final observation is reset (with the step's reset key) and the step is
+    DROPPED: reported ``terminated`` AND ``truncated`` (a pair no environment reports: the
+    steps above keep ``truncated`` apart from ``terminated``), ``valid`` False, reward 0,
+    the observation it acted on as its final one and no finished episode. Learners then give
+    it no weight and end the step before it by a time limit at that observation (the one it
+    really reached), so nothing of it is learned from, stored as a sample or bootstrapped.
+    The reset runs only when some environment of the batch needs it; not for pools (their
+    environments reset themselves; ``programs.build`` refuses the pair)."""
+
+    def bad_rows(x: jax.Array) -> jax.Array:
+        return ~jnp.isfinite(x).reshape(x.shape[0], -1).all(axis=1)
+
+    bad = ~jnp.isfinite(out.reward)
+    if jnp.issubdtype(new_slots.obs.dtype, jnp.inexact):
+        bad = bad | bad_rows(new_slots.obs) | bad_rows(out.final_obs)
+    any_bad = jnp.any(bad)
+    if batch_axis is not None:
+        any_bad = jax.lax.psum(any_bad.astype(jnp.int32), batch_axis) > 0
+
+    def per_env(x: jax.Array) -> jax.Array:   # [E] -> broadcastable against [E, ...] x
+        return bad.reshape(-1, *([1] * (x.ndim - 1))) if x.ndim else bad
+
+    def reset_bad() -> EnvSlot:
+        fresh = jax.vmap(lambda k: reset(spec, k))(keys[:, 1])
+        return jax.tree.map(lambda a, b: jnp.where(per_env(b), a, b), fresh, new_slots)
+
+    new_slots = jax.lax.cond(any_bad, reset_bad, lambda: new_slots)
+    zero = jnp.zeros((), jnp.float32)
+    obs_before = slots.obs.astype(out.final_obs.dtype)
+    return new_slots, out._replace(
+        reward=jnp.where(bad, zero, out.reward),
+        terminated=out.terminated | bad, truncated=out.truncated | bad,
+        final_obs=jnp.where(per_env(out.final_obs), obs_before, out.final_obs),
+        finished_return=jnp.where(bad, zero, out.finished_return),
+        finished_length=jnp.where(bad, 0, out.finished_length),
+        valid=~bad if out.valid is None else out.valid & ~bad)
 
 
 def _step_lazy(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array,

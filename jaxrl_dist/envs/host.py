@@ -44,6 +44,10 @@ class HostEnvs(Protocol):
 
     def close(self) -> None: ...
 
+    # Optional, for ``env_nonfinite: reset``: start a new episode in the environments of
+    # ``mask`` [N] (seeds [N], used where ``mask``) and return every observation [N, *obs].
+    # def reset_some(self, seeds: list[int], mask: np.ndarray) -> np.ndarray: ...
+
 
 # Opens this process's environments of a spec: (num_envs, evaluation) -> HostEnvs; called once
 # for training's and once for evaluation's (``evaluation=True``), which must be apart.
@@ -84,6 +88,12 @@ class VectorEnvs:
 
     def reset(self, seeds: list[int]) -> np.ndarray:
         obs, _ = self.env.reset(seed=[int(s) for s in seeds])
+        return self._obs(obs)
+
+    def reset_some(self, seeds: list[int], mask: np.ndarray) -> np.ndarray:
+        """Gymnasium's ``reset_mask``: only the environments of ``mask`` start anew."""
+        obs, _ = self.env.reset(seed=[int(s) for s in seeds],
+                                options={"reset_mask": np.asarray(mask, np.bool_)})
         return self._obs(obs)
 
     def step(self, actions: np.ndarray) -> HostStep:

@@ -191,7 +191,6 @@ def export_policy(policy: policy_lib.Policy, record: dict[str, Any], out: str | 
     out = Path(out)
     meta = meta if meta is not None else {"policy": record}
     meta = {**meta, "policy": record}
-    spec = policy.spec
     props = metadata(policy, meta, member)
     model = graph.build_model(record, policy.params, opset, props)
     onnx_bytes = model.SerializeToString()

@@ -91,10 +91,12 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
             learning = jax.lax.pmin(learning.astype(jnp.int32), layout.member_vmap_axis) > 0
         optimizer = make_optimizer(d, hp)
 
+        drops = steps.valid is not None and data.valid is None   # env_nonfinite: reset
+
         def train_steps(train):
             keys = jax.random.split(key, d.gradient_steps)
             train, (stats, gnorm, due) = jax.lax.scan(
-                lambda train, k: gradient_step(hp, optimizer, data, shard_ids, train, k),
+                lambda train, k: gradient_step(hp, optimizer, data, shard_ids, drops, train, k),
                 train, keys)
             return train, (jnp.mean(stats[:, 0]), jnp.mean(stats[:, 1]), jnp.mean(gnorm),
                            jnp.sum(due))
@@ -112,9 +114,9 @@ def make_agent(d: DQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
                    "target_updates": target_updates}
         return train._replace(update=train.update + 1), data, metrics
 
-    def gradient_step(hp, optimizer, data, shard_ids, train, key):
+    def gradient_step(hp, optimizer, data, shard_ids, drops, train, key):
         batch = replay_lib.sample(data, key, shard_ids, shards.per_shard_batch, d.n_step,
-                                  hp["gamma"])
+                                  hp["gamma"], drops)
         next_q_target = net.apply(train.target_params, batch.next_obs)
         if d.double:
             next_action = jnp.argmax(net.apply(train.params, batch.next_obs), axis=-1)

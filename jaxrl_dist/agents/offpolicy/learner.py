@@ -373,9 +373,12 @@ def make_agent(algo: str, c: OffPolicyConfig, sizes: Sizes, spec: EnvSpec,
         # CrossQ's renormalisation warm-up, on the global env steps collected so far
         renorm = (train.update + 1).astype(jnp.float32) * per_update >= renorm_from
 
+        drops = steps.valid is not None and data.valid is None   # env_nonfinite: reset
+
         def train_steps(train):
             train, out = jax.lax.scan(
-                lambda train, k: gradient_step(hp, opts, data, shard_ids, renorm, train, k),
+                lambda train, k: gradient_step(hp, opts, data, shard_ids, renorm, drops, train,
+                                               k),
                 train, jax.random.split(key, c.utd))
             critic, critic_norm, actor, actor_norm, due = out
             turns = jnp.maximum(jnp.sum(due), 1.0)
@@ -403,10 +406,10 @@ def make_agent(algo: str, c: OffPolicyConfig, sizes: Sizes, spec: EnvSpec,
                    "replay_transitions": transitions.astype(jnp.float32)}
         return train._replace(update=train.update + 1), data, metrics
 
-    def gradient_step(hp, opts, data, shard_ids, renorm, train, key):
+    def gradient_step(hp, opts, data, shard_ids, renorm, drops, train, key):
         k = StepKeys(*jax.random.split(key, 3))
         batch = replay_lib.sample(data, k.sample, shard_ids, shards.per_shard_batch, 1,
-                                  hp["gamma"])
+                                  hp["gamma"], drops)
         if c.reward_scale != 1.0:   # (1.0 leaves the program as it was: no multiply)
             batch = batch._replace(reward=batch.reward * c.reward_scale)
         x = normalize_obs(c, train.obs_moments, batch.obs)

@@ -32,6 +32,7 @@ import jax.numpy as jnp
 from jaxrl_dist import running_stats
 
 EPS = 1e-3      # sbx's (flax BatchNorm's default is 1e-5)
+VAR_FLOOR = 1e-12   # where the renormalisation's sqrt(var) stops (its gradient 5e5 there)
 R_MAX = 3.0     # sbx's constants; the original paper relaxes them over training, sbx does not
 D_MAX = 5.0
 
@@ -64,7 +65,9 @@ def renormalised(mean: jax.Array, var: jax.Array, running_mean: jax.Array,
     running_std = jnp.sqrt(running_var + EPS)
     r = jnp.clip(jax.lax.stop_gradient(std / running_std), 1.0 / R_MAX, R_MAX)
     d = jnp.clip(jax.lax.stop_gradient((mean - running_mean) / running_std), -D_MAX, D_MAX)
-    affine_mean = mean - d * jnp.sqrt(var) / r
+    # sqrt's gradient at 0 is infinite (times d = 0: NaN): a feature constant over the batch
+    # (a unit dead for every sample) would skip the update; above the floor nothing changes
+    affine_mean = mean - d * jnp.sqrt(jnp.maximum(var, VAR_FLOOR)) / r
     affine_var = var / jnp.square(r)
     return jnp.where(renorm, affine_mean, mean), jnp.where(renorm, affine_var, var)
 

@@ -124,8 +124,8 @@ def check(p: PPOConfig) -> None:
             f"({num_steps}), or be null (whole rollouts)")
     else:
         require(p.sequence_length is None,
-                f"ppo.sequence_length applies to recurrent networks only; set "
-                f"ppo.network.cell to gru or lstm, or drop it")
+                "ppo.sequence_length applies to recurrent networks only; set "
+                "ppo.network.cell to gru or lstm, or drop it")
         require(num_steps % p.num_minibatches == 0,
                 f"ppo.num_steps ({num_steps}) must be divisible by ppo.num_minibatches "
                 f"({p.num_minibatches}): each minibatch takes num_steps/num_minibatches steps "

@@ -211,12 +211,17 @@ def gae_targets(p: PPOConfig, hp: dict[str, Any], steps: Transition, values: Val
                 ) -> tuple[jax.Array, jax.Array, jax.Array | None]:
     """(advantages, value targets, weight) [T, E]. A time limit is not a terminal state:
     credit the value of where it stopped (the real final observation, before the auto-reset).
-    A pool's reset steps (``valid`` False) get no advantage and weigh nothing."""
-    reward = steps.reward
+    Steps that are not experience (``valid`` False: a pool's reset steps, the steps
+    ``env_nonfinite: reset`` dropped) get no advantage and weigh nothing, and the step before
+    one ends there by a time limit (bootstrapped from where it arrived; a pool's already
+    ended)."""
+    reward, truncated = steps.reward, steps.truncated
+    if steps.valid is not None:
+        truncated = truncated | rollout.stops_before_invalid(steps)
     if p.bootstrap_truncation:
-        reward = losses.bootstrap_truncation(reward, steps.truncated, values.final_value,
+        reward = losses.bootstrap_truncation(reward, truncated, values.final_value,
                                              hp["gamma"])
-    done = jnp.logical_or(steps.terminated, steps.truncated)
+    done = jnp.logical_or(steps.terminated, truncated)
     advantages, targets = losses.compute_gae(reward, values.value, done, values.last_value,
                                              hp["gamma"], hp["gae_lambda"])
     weight = None

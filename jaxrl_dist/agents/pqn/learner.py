@@ -93,9 +93,11 @@ def make_agent(p: PQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
                 terminated = terminated | steps.truncated
         next_q = jnp.max(net.apply(train.params, next_obs.reshape(-1, *spec.obs_shape)),
                          axis=-1).reshape(T, E)
+        ends = steps.terminated | steps.truncated
+        if steps.valid is not None:   # the trace stops before a step that is not experience
+            ends = ends | rollout.stops_before_invalid(steps)
         targets = q_lambda_targets(steps.reward * hp["reward_scale"], next_q, terminated,
-                                   steps.terminated | steps.truncated, hp["gamma"],
-                                   hp["q_lambda"])
+                                   ends, hp["gamma"], hp["q_lambda"])
 
         env_ids = rollout.local_env_ids(E, axis)
         perms = minibatch.epoch_permutations(key, U, env_ids, T)                  # [U, E, T]

@@ -32,7 +32,7 @@ import jax
 import jax.numpy as jnp
 
 from jaxrl_dist.errors import ConfigError
-from jaxrl_dist.types import Transition
+from jaxrl_dist.types import Transition, dropped
 
 
 class Replay(NamedTuple):
@@ -149,7 +149,7 @@ def add(replay: Replay, steps: Transition) -> Replay:
 
 
 def sample(replay: Replay, key: jax.Array, shard_ids: jax.Array, per_shard: int, n: int,
-           gamma: Any) -> NStep:
+           gamma: Any, drops: bool = False) -> NStep:
     """``per_shard`` n-step transitions from each local shard, uniformly over the stored steps
     whose n following steps are stored too; shard ``shard_ids[j]`` (its GLOBAL index) draws with
     ``fold_in(key, shard_ids[j])``. Returns ``[S_local * per_shard, ...]`` in shard order.
@@ -157,7 +157,11 @@ def sample(replay: Replay, key: jax.Array, shard_ids: jax.Array, per_shard: int,
     Window of a sample at row t: rewards t..t+n-1 until the first step that ended its episode
     (k = that step + 1, else n). Bootstrap from obs[t+n] if no step ended it, from that step's
     final observation if it was a time limit and final observations are stored (a pool's: the
-    next row), not at all if it terminated (or was truncated without them)."""
+    next row), not at all if it terminated (or was truncated without them).
+
+    ``drops`` (``env_nonfinite: reset``, a replay that is not a pool's): rows marked dropped
+    (:func:`types.dropped`) weigh 0, and a window reaching one ends on the row before it,
+    bootstrapped from the dropped row's observation (where that row's predecessor arrived)."""
     length, per_env = replay.action.shape[1:3]
     offsets = jnp.arange(n + 1)
     powers = jnp.asarray(gamma, jnp.float32) ** jnp.arange(n + 1, dtype=jnp.float32)
@@ -172,6 +176,11 @@ def sample(replay: Replay, key: jax.Array, shard_ids: jax.Array, per_shard: int,
         steps = lambda x: x[window[:, :n], col[:, None]]                  # noqa: E731 [B, n]
         reward, term, trunc = steps(shard.reward), steps(shard.terminated), steps(shard.truncated)
         done = term | trunc
+        cut = None
+        if drops:   # the row after step j was dropped: j ends the window, bootstrapped
+            after = window[:, 1:], col[:, None]
+            cut = dropped(shard.terminated[after], shard.truncated[after]) & ~done
+            trunc, done = trunc | cut, done | cut
         # alive[j]: no step before j ended the episode
         alive = jnp.cumprod(jnp.concatenate([jnp.ones((per_shard, 1), bool), ~done[:, :-1]], 1),
                             axis=1).astype(bool)
@@ -181,11 +190,17 @@ def sample(replay: Replay, key: jax.Array, shard_ids: jax.Array, per_shard: int,
         truncated = jnp.any(ended & trunc, 1)
         terminated = jnp.any(ended & term, 1)
         pool = shard.valid is not None
-        bootstraps = ~terminated & (~truncated | (shard.final_obs is not None) | pool)
+        # a window cut before a dropped row bootstraps from that row's observation
+        cut_off = jnp.any(ended & cut, 1) if drops else False
+        bootstraps = ~terminated & (~truncated | (shard.final_obs is not None) | pool | cut_off)
         discount = jnp.where(bootstraps, powers[k], 0.0)
-        # a pool's row after an end holds the final observation (k = n without an end)
-        next_obs = shard.obs[(t + (k if pool else n)) % length, col].astype(jnp.float32)
+        # a pool's row after an end holds the final observation (k = n without an end), as
+        # a dropped row holds where the row before it arrived
+        next_obs = shard.obs[(t + (k if pool or drops else n)) % length, col].astype(jnp.float32)
         weight = shard.valid[t, col].astype(jnp.float32) if pool else None
+        if drops:
+            weight = (~dropped(shard.terminated[t, col], shard.truncated[t, col])
+                      ).astype(jnp.float32)
         if shard.final_obs is not None:
             final = shard.final_obs[(t + k - 1) % length, col].astype(jnp.float32)
             pick = truncated.reshape(-1, *([1] * (next_obs.ndim - 1)))
