@@ -306,6 +306,26 @@ def test_crossq_gradient_and_statistics_are_the_global_batchs(num_devices):
 
 
 @pytest.mark.timeout(300)
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_n_step_targets_on_1_and_2_devices(algo):
+    """``n_step: 3``: the critics learn from the replay's 3-step returns (the windows
+    test_qlearning checks against their definition): learning starts once each environment
+    holds more than 3 steps, 1 and 2 devices agree, and the parameters are not the one-step
+    run's; a buffer too short for the windows is one line."""
+    base = SAC if algo == "sac" else TD3
+    three = config_lib.from_dict({**base, algo: {**base[algo], "n_step": 3}})
+    (one, rows1), (two, _) = [train_in_process(three, n) for n in (1, 2)]
+    assert max_rel_diff(sharding.to_host(two.train.params),
+                        sharding.to_host(one.train.params)) <= 1e-4
+    assert rows1[-1]["learning"][-1] == 1.0
+    single, _ = train_in_process(config_lib.from_dict(base), 1)
+    assert max_rel_diff(sharding.to_host(single.train.params),
+                        sharding.to_host(one.train.params)) > 1e-3
+    with pytest.raises(ConfigError, match=f"too small for {algo}.n_step"):
+        config_lib.check(config_lib.from_dict({**base, algo: {**base[algo], "n_step": 16}}))
+
+
+@pytest.mark.timeout(300)
 @pytest.mark.parametrize("base", [SAC, pytest.param(TD3, marks=pytest.mark.slow)],
                          ids=["sac", "td3"])
 def test_same_parameters_on_1_and_2_devices(base):

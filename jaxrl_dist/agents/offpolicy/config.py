@@ -48,6 +48,9 @@ class OffPolicyConfig:
     learning_starts: int = _doc("global env steps of uniformly random actions (in the action "
                                 "bounds) before the first gradient step", default=5_000)
     gamma: float = _doc("discount factor", default=0.99)
+    n_step: int = _doc("n-step returns: the critics' targets sum up to n discounted rewards "
+                       "from the replay (stopping at an episode's end), then bootstrap with "
+                       "gamma^n; 1 = the one-step targets of SAC, TD3 and CrossQ", default=1)
     reward_scale: float = _doc("rewards multiplied by this in the critics' targets (Brax's "
                                "reward_scaling; with autotune it sets the entropy's weight "
                                "against the reward); 1 = off", default=1.0)
@@ -161,7 +164,7 @@ HPARAMS = {"sac": SAC_HPARAMS, "td3": TD3_HPARAMS, "crossq": CROSSQ_HPARAMS}
 
 
 def _check_common(c: OffPolicyConfig, prefix: str) -> None:
-    for name in ("num_steps", "utd", "policy_delay"):
+    for name in ("num_steps", "utd", "policy_delay", "n_step"):
         require(getattr(c, name) >= 1, f"{prefix}.{name} must be >= 1, got {getattr(c, name)}")
     replay_config.check(c, prefix)
     require(0.0 <= c.gamma <= 1.0, f"{prefix}.gamma must be in [0, 1], got {c.gamma}")
@@ -215,7 +218,7 @@ def check_td3(c: TD3Config) -> None:
 
 SAC = Algorithm(
     name="sac", section=SACConfig, check=check_sac,
-    check_run=lambda c, config: replay_config.check_run(c, config, "sac"),
+    check_run=lambda c, config: replay_config.check_run(c, config, "sac", c.n_step),
     sweepable=sweep_keys("sac", SAC_HPARAMS), steps_per_env=lambda c: c.num_steps,
     make="jaxrl_dist.agents.offpolicy.learner:make_sac",
     policy="jaxrl_dist.agents.offpolicy.networks:sac_policy",
@@ -224,7 +227,7 @@ SAC = Algorithm(
 
 TD3 = Algorithm(
     name="td3", section=TD3Config, check=check_td3,
-    check_run=lambda c, config: replay_config.check_run(c, config, "td3"),
+    check_run=lambda c, config: replay_config.check_run(c, config, "td3", c.n_step),
     sweepable=sweep_keys("td3", TD3_HPARAMS), steps_per_env=lambda c: c.num_steps,
     make="jaxrl_dist.agents.offpolicy.learner:make_td3",
     policy="jaxrl_dist.agents.offpolicy.networks:td3_policy",
@@ -233,7 +236,7 @@ TD3 = Algorithm(
 
 CROSSQ = Algorithm(
     name="crossq", section=CrossQConfig, check=check_crossq,
-    check_run=lambda c, config: replay_config.check_run(c, config, "crossq"),
+    check_run=lambda c, config: replay_config.check_run(c, config, "crossq", c.n_step),
     sweepable=sweep_keys("crossq", CROSSQ_HPARAMS), steps_per_env=lambda c: c.num_steps,
     make="jaxrl_dist.agents.offpolicy.learner:make_crossq",
     policy="jaxrl_dist.agents.offpolicy.networks:crossq_policy",

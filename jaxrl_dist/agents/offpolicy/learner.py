@@ -364,7 +364,7 @@ def make_agent(algo: str, c: OffPolicyConfig, sizes: Sizes, spec: EnvSpec,
                                                         sums.pop("obs_sq"), n)
             train = train._replace(obs_moments=running_stats.merge_moments(
                 train.obs_moments, mean, var, n))
-        learning = (transitions >= c.learning_starts) & (rows_filled > 1)
+        learning = (transitions >= c.learning_starts) & (rows_filled > c.n_step)
         if layout.members:   # the same for every member (nothing it depends on is swept):
             # agreed over them, so the cond stays a branch, not a select running both sides
             learning = jax.lax.pmin(learning.astype(jnp.int32), layout.member_vmap_axis) > 0
@@ -408,7 +408,7 @@ def make_agent(algo: str, c: OffPolicyConfig, sizes: Sizes, spec: EnvSpec,
 
     def gradient_step(hp, opts, data, shard_ids, renorm, drops, train, key):
         k = StepKeys(*jax.random.split(key, 3))
-        batch = replay_lib.sample(data, k.sample, shard_ids, shards.per_shard_batch, 1,
+        batch = replay_lib.sample(data, k.sample, shard_ids, shards.per_shard_batch, c.n_step,
                                   hp["gamma"], drops)
         if c.reward_scale != 1.0:   # (1.0 leaves the program as it was: no multiply)
             batch = batch._replace(reward=batch.reward * c.reward_scale)
@@ -510,7 +510,7 @@ def make_agent(algo: str, c: OffPolicyConfig, sizes: Sizes, spec: EnvSpec,
         act=act, env_action=networks_lib.to_bounds(low, high), learn=learn,
         policy_params=policy_params, metrics=METRICS[algo], steps_per_env=c.num_steps,
         keep_final_obs=store_final, checkpointed=RunState(True, True, c.checkpoint_buffer),
-        new_actors=lambda data: replay_lib.cut(data, 1),
+        new_actors=lambda data: replay_lib.cut(data, c.n_step),
         # unrolled, their update compiles ~30 % slower (SAC on Pendulum 8.4 -> 11.7 s, CrossQ
         # 11.8 -> 18.6 s; DQN the other way, 7.5 -> 6.6 s: 2026-11-27, AMD EPYC), and jaxlib
         # 0.11.2 did not finish compiling SAC's tiny test config in 4 minutes (31 s looped)
