@@ -6,8 +6,8 @@ Everything here sees the whole member axis (``[M, ...]`` global arrays): the rou
 of its own over the mesh, run between compiled calls of updates, so the update program is the
 population's own. What makes a round the same on any topology:
 
-* the fitness vector holds one value per member, each already reduced over that member's
-  devices by the update (``episode_return_sum`` / ``episodes``), and ranking, picking and
+* the fitness vector holds one value per member, each reduced over that member's devices by
+  the update in one order on every topology (:func:`episode_sums`), and ranking, picking and
   copying are exact operations on it (sorting, integer draws, gathers);
 * ties are broken by member index, and keys come from (seed, round, member), never from a
   device or process.
@@ -94,10 +94,23 @@ def init(s: Settings) -> PbtState:
                     {m.name: jnp.full((R,), jnp.nan, jnp.float32) for m in s.mutations})
 
 
-def accumulate(pbt: PbtState, metrics: dict[str, jax.Array]) -> PbtState:
-    """One update's finished episodes (sums over the member's devices) into the window."""
-    return pbt._replace(return_sum=pbt.return_sum + metrics["episode_return_sum"],
-                        episodes=pbt.episodes + metrics["episodes"])
+def episode_sums(finished_return: jax.Array, finished_length: jax.Array, axis: Any
+                 ) -> dict[str, jax.Array]:
+    """A rollout's finished episodes ``[T, E_local]`` (their returns' sum and count) summed in
+    ONE order on every topology: each environment's column over its steps, then, after one
+    all-gather over ``axis``, the environments in global order. A psum (the metrics' sums)
+    adds per-device partial sums, an order that follows the device count, and a fitness
+    rounded otherwise can rank two members otherwise."""
+    columns = jnp.stack([jnp.sum(finished_return, axis=0),
+                         jnp.sum(finished_length > 0, axis=0).astype(jnp.float32)])
+    whole = jax.lax.all_gather(columns, axis, axis=1, tiled=True)   # [2, E]
+    return {"episode_return_sum": jnp.sum(whole[0]), "episodes": jnp.sum(whole[1])}
+
+
+def accumulate(pbt: PbtState, sums: dict[str, jax.Array]) -> PbtState:
+    """One update's finished episodes (:func:`episode_sums`) into the window."""
+    return pbt._replace(return_sum=pbt.return_sum + sums["episode_return_sum"],
+                        episodes=pbt.episodes + sums["episodes"])
 
 
 class Round(NamedTuple):

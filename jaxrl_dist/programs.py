@@ -405,7 +405,9 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
                                            trajectory, k.learn)
         metrics = {**metrics, **env_nonfinite(trajectory, rollout.local_env_ids(E, axis), axis,
                                               drop)}
-        window = pbt_lib.accumulate(state.pbt, metrics) if pbt else ()
+        window = pbt_lib.accumulate(state.pbt, pbt_lib.episode_sums(
+            trajectory.steps.finished_return, trajectory.steps.finished_length, axis)
+        ) if pbt else ()
         return RunState(train, actors, data, window), metrics
 
     def update_local(state: RunState, num_updates: int):
