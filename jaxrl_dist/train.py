@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     keys = ("status", "env_steps", "final_return", "eval_return", "solved_at_env_steps", "sps",
             "compile_time_s", "compile_programs_s", "compile_cache", "wall_time_s", "time_s",
             "param_norm",
-            "param_fingerprint", "periodic", "replicate_learn", "replicate_act", "run_dir")
+            "param_fingerprint", "periodic", "replicate_learn", "replicate_act", "run_dir",
+            "nonfinite_skipped", "env_nonfinite_resets")
     print(json.dumps({"rank": distributed.process_index(), **{k: summary[k] for k in keys}}),
           flush=True)
     if distributed.is_main_process():

@@ -265,7 +265,8 @@ def test_with_env_nonfinite_reset_2_processes_give_2_devices_parameters(tmp_path
                          "--run-dir", str(tmp_path / "p2")], **PLUGIN)
     assert proc.returncode == 0, proc.stderr[-3000:]
     ranks = summaries(tmp_path / "p2" / "logs")
-    for rank in ranks:
+    assert len(ranks) == 2
+    for rank in ranks.values():
         assert rank["param_fingerprint"] == one["param_fingerprint"]
         assert rank["env_nonfinite_resets"] == one["env_nonfinite_resets"]
         assert rank["eval_return"] == one["eval_return"]
