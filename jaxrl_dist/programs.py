@@ -355,8 +355,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         raise EnvError(f"{spec.name}: env_nonfinite=reset cannot reset one environment of a "
                        f"pool stepped outside JAX; remove env_nonfinite or set it to error")
     options = compile_options(spec, layout, drop)
-    mesh, axis = layout.mesh, layout.data_axis
-    E, T = sizes.local_envs, agent.steps_per_env
+    mesh, E = layout.mesh, sizes.local_envs
     pbt = settings.pbt if layout.members else None
     if pbt is not None:   # its round, windows and lineage make a resume exact
         agent = agent._replace(checkpointed=agent.checkpointed._replace(pbt=True))
@@ -366,6 +365,96 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
     host = spec.on_host   # stepped by the host driver (jaxrl_dist.drivers.host)
     agent, env_inputs, input_specs = _environments(agent, spec, layout, host,
                                                    E * layout.data_size, settings.eval_episodes)
+
+    bodies = _device_bodies(agent, learner, spec, layout, options, E, pbt, host)
+    init_body, update_body, learn_body = bodies.init, bodies.update, bodies.learn
+    collect_body, learn_next_local = bodies.collect, bodies.learn_next
+
+    def smap(body, in_specs, out_specs):
+        return jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
+                             check_vma=options.check_vma)
+
+    # out_shardings spelled out: XLA would hand zero-size outputs (MJX states have some)
+    # back replicated in a multi-process job, not in the shardings the update compiles for.
+    state_out = RunState(*(layout.sharding(s) if isinstance(s, P) else s for s in specs))
+    init_program = jax.jit(smap(init_body, (layout.train, layout.train, input_specs.train),
+                                specs), out_shardings=state_out)
+
+    init = _compiled_once(init_program, mesh, env_inputs.train)
+
+    trajectory_specs = trajectory_partition(layout)
+    collect_smap = smap(collect_body, (layout.train, layout.envs, layout.train),
+                        (layout.envs, trajectory_specs))
+    collect = jax.jit(collect_smap)
+    if whole is None:
+        def update(state: RunState, num_updates: int):
+            body = smap(lambda s: update_body(s, num_updates), (specs,), (specs, layout.train))
+            return body(state)
+
+        learn_smap = smap(learn_body, (layout.train, data_spec, trajectory_specs, layout.train),
+                          (layout.train, data_spec, layout.train))
+        learn_next_smap = smap(learn_next_local, (layout.train, data_spec, trajectory_specs),
+                               (layout.train, data_spec, layout.train))
+    else:
+        learn_smap = _learn_whole(whole, agent, spec, layout, smap, trajectory_specs, drop)
+
+        def learn_next_smap(train, data, trajectory):
+            k = keys.of_update(train.key)   # the host actors acted with k.act
+            return learn_smap(train._replace(key=k.next), data, trajectory, k.learn)
+
+        def update(state: RunState, num_updates: int):   # one_update's, across two meshes
+            def step(state, _):
+                k = keys.of_update(state.train.key)
+                actors, trajectory = collect_smap(state.train, state.actors, k.act)
+                train, data, metrics = learn_smap(state.train._replace(key=k.next),
+                                                  state.data, trajectory, k.learn)
+                return RunState(train, actors, data, ()), metrics
+            return jax.lax.scan(step, state, None, length=num_updates)
+
+        state_shardings = tuple(layout.sharding(x) for x in (layout.train, data_spec,
+                                                              layout.train))
+    # the whole-batch programs' outputs spelled out, as init's are (zero-size MJX leaves);
+    # the split ones keep jit's inferred outputs, as they always had
+    placed = {} if whole is None else dict(out_shardings=state_shardings)
+    update = jax.jit(update, static_argnums=1, donate_argnums=0, **(
+        {} if whole is None else dict(out_shardings=(state_out, layout.sharding(layout.train)))))
+    if agent.unroll_threefry:
+        update = _Unrolled(update)
+    learn = jax.jit(learn_smap, **placed)
+
+    learn_next = jax.jit(learn_next_smap, donate_argnums=(0, 1), **placed)
+
+    abstract_state = _abstract_state(init_program, env_inputs, layout, specs, settings)
+
+    exploit = None if pbt is None else _exploit_program(layout, pbt)
+
+    evaluate = None if host else make_eval_program(   # host actors evaluate on the host
+        agent, spec, layout, settings.eval_episodes, settings.eval_deterministic, options,
+        input_specs.eval)
+
+    return Learner(init, update, learn, collect, evaluate, abstract_state, layout, init_program,
+                   agent, specs, {**agent.metrics, SKIPPED: "sum", **env_checks(drop)},
+                   env_inputs,
+                   _restored(agent, layout, data_spec, smap), learn_next,
+                   replicated=whole is not None, exploit=exploit, pbt=pbt,
+                   drop_nonfinite=drop)
+
+
+class _Bodies(NamedTuple):
+    """One device's bodies of the programs (a population's vmapped over its members)."""
+
+    init: Callable         # (seed key(s), swept, handles) -> RunState
+    update: Callable       # (RunState, n) -> (RunState, metrics [n])
+    learn: Callable        # (train, data, Trajectory, key) -> (train, data, metrics)
+    collect: Callable      # (train, actors, key) -> (actors, Trajectory)
+    learn_next: Callable   # (train, data, Trajectory) -> (train, data, metrics): host actors'
+
+
+def _device_bodies(agent: Agent, learner: Agent, spec: EnvSpec, layout: Layout,
+                   options: CompileOptions, E: int, pbt: Any, host: bool) -> _Bodies:
+    """The bodies :func:`build` maps over the mesh: ``agent`` acts on this device's ``E``
+    environments, ``learner`` (``agent``, or the whole-batch one) learns and inits the data."""
+    axis, T, drop = layout.data_axis, agent.steps_per_env, options.drop_nonfinite
 
     def params_of(seed_key):
         return agent.init_params(keys.of_seed(seed_key).params)
@@ -428,61 +517,12 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         def init_body(seed_key, swept, handles):
             return init_local(seed_key, swept, params_of(seed_key), handles)
         update_body, learn_body, collect_body = update_local, learn_local, collect_local
+    return _Bodies(init_body, update_body, learn_body, collect_body, learn_next_local)
 
-    def smap(body, in_specs, out_specs):
-        return jax.shard_map(body, mesh=mesh, in_specs=in_specs, out_specs=out_specs,
-                             check_vma=options.check_vma)
 
-    # out_shardings spelled out: XLA would hand zero-size outputs (MJX states have some)
-    # back replicated in a multi-process job, not in the shardings the update compiles for.
-    state_out = RunState(*(layout.sharding(s) if isinstance(s, P) else s for s in specs))
-    init_program = jax.jit(smap(init_body, (layout.train, layout.train, input_specs.train),
-                                specs), out_shardings=state_out)
-
-    init = _compiled_once(init_program, mesh, env_inputs.train)
-
-    trajectory_specs = trajectory_partition(layout)
-    collect_smap = smap(collect_body, (layout.train, layout.envs, layout.train),
-                        (layout.envs, trajectory_specs))
-    collect = jax.jit(collect_smap)
-    if whole is None:
-        def update(state: RunState, num_updates: int):
-            body = smap(lambda s: update_body(s, num_updates), (specs,), (specs, layout.train))
-            return body(state)
-
-        learn_smap = smap(learn_body, (layout.train, data_spec, trajectory_specs, layout.train),
-                          (layout.train, data_spec, layout.train))
-        learn_next_smap = smap(learn_next_local, (layout.train, data_spec, trajectory_specs),
-                               (layout.train, data_spec, layout.train))
-    else:
-        learn_smap = _learn_whole(whole, agent, spec, layout, smap, trajectory_specs, drop)
-
-        def learn_next_smap(train, data, trajectory):
-            k = keys.of_update(train.key)   # the host actors acted with k.act
-            return learn_smap(train._replace(key=k.next), data, trajectory, k.learn)
-
-        def update(state: RunState, num_updates: int):   # one_update's, across two meshes
-            def step(state, _):
-                k = keys.of_update(state.train.key)
-                actors, trajectory = collect_smap(state.train, state.actors, k.act)
-                train, data, metrics = learn_smap(state.train._replace(key=k.next),
-                                                  state.data, trajectory, k.learn)
-                return RunState(train, actors, data, ()), metrics
-            return jax.lax.scan(step, state, None, length=num_updates)
-
-        state_shardings = tuple(layout.sharding(x) for x in (layout.train, data_spec,
-                                                              layout.train))
-    # the whole-batch programs' outputs spelled out, as init's are (zero-size MJX leaves);
-    # the split ones keep jit's inferred outputs, as they always had
-    placed = {} if whole is None else dict(out_shardings=state_shardings)
-    update = jax.jit(update, static_argnums=1, donate_argnums=0, **(
-        {} if whole is None else dict(out_shardings=(state_out, layout.sharding(layout.train)))))
-    if agent.unroll_threefry:
-        update = _Unrolled(update)
-    learn = jax.jit(learn_smap, **placed)
-
-    learn_next = jax.jit(learn_next_smap, donate_argnums=(0, 1), **placed)
-
+def _abstract_state(init_program: Any, env_inputs: EnvInputs, layout: Layout,
+                    specs: RunState, settings: RunSettings) -> Callable[[], RunState]:
+    """``init_program``'s result as ShapeDtypeStructs with shardings, traced once."""
     abstract: list[RunState] = []   # traced once: the checkpoint's digest thread asks too
     abstract_lock = threading.Lock()
 
@@ -491,10 +531,10 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         compile without (and concurrently with) running init."""
         with abstract_lock:
             if not abstract:
-                abstract.append(_abstract_state())
+                abstract.append(trace())
             return abstract[0]
 
-    def _abstract_state() -> RunState:
+    def trace() -> RunState:
         lead = (layout.members,) if layout.members else ()
         key = jax.ShapeDtypeStruct((*lead, 2), jnp.uint32)
         swept = {name: jax.ShapeDtypeStruct(lead, jnp.float32) for name in settings.swept}
@@ -505,27 +545,18 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
 
         return RunState(*map(like, shapes, specs))
 
-    exploit = None
-    if pbt is not None:   # a round sees the whole member axis: jit over the global arrays
-        on_member = layout.sharding(layout.train)
-        replicated = layout.sharding(P())
+    return abstract_state
 
-        def one_round(train, state, seed_key, fitness):
-            return pbt_lib.step(train, state, seed_key, pbt, fitness)
-        exploit = _Unrolled(jax.jit(
-            one_round, donate_argnums=(0, 1),
-            out_shardings=(on_member, on_member, replicated)))
 
-    evaluate = None if host else make_eval_program(   # host actors evaluate on the host
-        agent, spec, layout, settings.eval_episodes, settings.eval_deterministic, options,
-        input_specs.eval)
+def _exploit_program(layout: Layout, pbt: Any) -> Any:
+    """PBT's round: it sees the whole member axis, so a jit over the global arrays."""
+    on_member = layout.sharding(layout.train)
+    replicated = layout.sharding(P())
 
-    return Learner(init, update, learn, collect, evaluate, abstract_state, layout, init_program,
-                   agent, specs, {**agent.metrics, SKIPPED: "sum", **env_checks(drop)},
-                   env_inputs,
-                   _restored(agent, layout, data_spec, smap), learn_next,
-                   replicated=whole is not None, exploit=exploit, pbt=pbt,
-                   drop_nonfinite=drop)
+    def one_round(train, state, seed_key, fitness):
+        return pbt_lib.step(train, state, seed_key, pbt, fitness)
+    return _Unrolled(jax.jit(one_round, donate_argnums=(0, 1),
+                             out_shardings=(on_member, on_member, replicated)))
 
 
 def _learn_whole(whole: Agent, agent: Agent, spec: EnvSpec, layout: Layout, smap: Callable,

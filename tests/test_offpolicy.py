@@ -18,10 +18,11 @@ from jaxrl_dist import compile_cache
 from jaxrl_dist import config as config_lib
 from jaxrl_dist import sharding
 from jaxrl_dist import sizes as sizes_lib
-from jaxrl_dist.agents.offpolicy import learner as offpolicy
+from jaxrl_dist.agents.offpolicy import crossq as crossq_lib, parts, sac as sac_lib
+from jaxrl_dist.agents.offpolicy import td3 as td3_lib
 from jaxrl_dist.agents.offpolicy import renorm as renorm_lib
 from jaxrl_dist.agents.offpolicy.config import CrossQNetworkConfig, NetworkConfig
-from jaxrl_dist.agents.offpolicy.networks import make_networks
+from jaxrl_dist.agents.offpolicy import networks as networks_lib
 from jaxrl_dist.config import ConfigError
 from jaxrl_dist.distributions import TanhGaussian
 from jaxrl_dist.envs import EnvError, EnvSpec, make_env
@@ -73,7 +74,8 @@ def _nets(algo):
     """Small networks for Pendulum's spaces, and their initial parameters (jitted, with the
     programs' unrolled threefry: one quick compile, not one per op)."""
     spec = make_env("Pendulum-v1")
-    nets = make_networks(algo, NetworkConfig(actor_hidden=(16,), critic_hidden=(16, 16)), spec)
+    make = {"sac": networks_lib.gaussian_networks, "td3": networks_lib.deterministic_networks}
+    nets = make[algo](NetworkConfig(actor_hidden=(16,), critic_hidden=(16, 16)), spec)
     with compile_cache.unrolled_threefry():
         params = jax.jit(lambda k: {"actor": nets.init_actor(jax.random.fold_in(k, 0)),
                                     "critic": nets.init_critic(jax.random.fold_in(k, 1))})(
@@ -131,7 +133,7 @@ def test_entropy_tuning_moves_alpha_toward_the_target():
 
     @jax.jit
     def grads_and_entropy(trainable, target):
-        return jax.grad(lambda t: offpolicy.sac_actor_loss(nets, t, critic, jnp.float32(0.0),
+        return jax.grad(lambda t: sac_lib.sac_actor_loss(nets, t, critic, jnp.float32(0.0),
                                                             x, normal, target), has_aux=True)(
             trainable)
 
@@ -174,14 +176,14 @@ def test_gradient_is_the_global_batch_mean(algo, num_devices):
         np.testing.assert_allclose(np.asarray(aux), np.asarray(expected_aux), rtol=1e-5,
                                    atol=1e-6)
 
-    check(lambda p, x, a, y: offpolicy.critic_loss(nets, p, x, a, y), params["critic"], (),
+    check(lambda p, x, a, y: parts.critic_loss(nets, p, x, a, y), params["critic"], (),
           (x, a, y))
     if algo == "sac":
         trainable = {"actor": params["actor"], "log_alpha": jnp.float32(-0.5)}
-        check(lambda t, c, x, n: offpolicy.sac_actor_loss(nets, t, c, None, x, n, -1.0),
+        check(lambda t, c, x, n: sac_lib.sac_actor_loss(nets, t, c, None, x, n, -1.0),
               trainable, (params["critic"],), (x, normal))
     else:
-        check(lambda t, c, x: offpolicy.td3_actor_loss(nets, t, c, x), {"actor": params["actor"]},
+        check(lambda t, c, x: td3_lib.td3_actor_loss(nets, t, c, x), {"actor": params["actor"]},
               (params["critic"],), (x,))
 
 
@@ -255,8 +257,9 @@ def test_crossq_gradient_and_statistics_are_the_global_batchs(num_devices):
     through the statistics' pmean, whose transpose sums every device's part: the global
     batch's gradient, as a single device's batch normalisation has it."""
     spec = make_env("Pendulum-v1")
-    nets = make_networks("crossq", CrossQNetworkConfig(actor_hidden=(16,),
-                                                       critic_hidden=(16, 16)), spec, DATA_AXIS)
+    nets = networks_lib.renorm_networks(CrossQNetworkConfig(actor_hidden=(16,),
+                                                            critic_hidden=(16, 16)), spec,
+                                        DATA_AXIS)
     with compile_cache.unrolled_threefry():
         params, stats = jax.jit(lambda k: (
             {"actor": nets.init_actor(jax.random.fold_in(k, 0)),
@@ -283,11 +286,11 @@ def test_crossq_gradient_and_statistics_are_the_global_batchs(num_devices):
         mesh = sharding.make_mesh(jax.devices()[:devices])
 
         def critic(p, s, *b):
-            return global_mean_grad(lambda p, *b: offpolicy.crossq_critic_loss(
+            return global_mean_grad(lambda p, *b: crossq_lib.crossq_critic_loss(
                 nets, p, s, *b, renorm), p, DATA_AXIS, *b)[:2]
 
         def actor(t, s, cv, x, n):
-            return global_mean_grad(lambda t, cv, x, n: offpolicy.crossq_actor_loss(
+            return global_mean_grad(lambda t, cv, x, n: crossq_lib.crossq_actor_loss(
                 nets, t, s, cv, None, x, n, -1.0, renorm), t, DATA_AXIS, cv, x, n)[:2]
         critic_fn = jax.jit(jax.shard_map(critic, mesh=mesh, in_specs=(
             REPLICATED, REPLICATED) + (SHARDED,) * len(batch), out_specs=REPLICATED))

@@ -220,7 +220,7 @@ SAC = Algorithm(
     name="sac", section=SACConfig, check=check_sac,
     check_run=lambda c, config: replay_config.check_run(c, config, "sac", c.n_step),
     sweepable=sweep_keys("sac", SAC_HPARAMS), steps_per_env=lambda c: c.num_steps,
-    make="jaxrl_dist.agents.offpolicy.learner:make_sac",
+    make="jaxrl_dist.agents.offpolicy.sac:make_sac",
     policy="jaxrl_dist.agents.offpolicy.networks:sac_policy",
     export="jaxrl_dist.agents.offpolicy.export:sac_emitter",
     doc="soft actor-critic: twin critics, a tanh-squashed Gaussian actor, entropy autotuning")
@@ -229,7 +229,7 @@ TD3 = Algorithm(
     name="td3", section=TD3Config, check=check_td3,
     check_run=lambda c, config: replay_config.check_run(c, config, "td3", c.n_step),
     sweepable=sweep_keys("td3", TD3_HPARAMS), steps_per_env=lambda c: c.num_steps,
-    make="jaxrl_dist.agents.offpolicy.learner:make_td3",
+    make="jaxrl_dist.agents.offpolicy.td3:make_td3",
     policy="jaxrl_dist.agents.offpolicy.networks:td3_policy",
     export="jaxrl_dist.agents.offpolicy.export:td3_emitter",
     doc="TD3: twin critics, a deterministic actor, target smoothing, delayed updates")
@@ -238,7 +238,7 @@ CROSSQ = Algorithm(
     name="crossq", section=CrossQConfig, check=check_crossq,
     check_run=lambda c, config: replay_config.check_run(c, config, "crossq", c.n_step),
     sweepable=sweep_keys("crossq", CROSSQ_HPARAMS), steps_per_env=lambda c: c.num_steps,
-    make="jaxrl_dist.agents.offpolicy.learner:make_crossq",
+    make="jaxrl_dist.agents.offpolicy.crossq:make_crossq",
     policy="jaxrl_dist.agents.offpolicy.networks:crossq_policy",
     export="jaxrl_dist.agents.offpolicy.export:crossq_emitter",
     doc="CrossQ: SAC without target networks, batch renormalisation over the joint (s, a) / "

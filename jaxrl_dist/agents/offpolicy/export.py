@@ -17,12 +17,13 @@ from jaxrl_dist.export import graph
 from jaxrl_dist.export.graph import Emitter, Graph
 
 
-def _emitter(algo: str, c: OffPolicyConfig, spec: EnvSpec) -> Emitter:
+def _emitter(algo: str, c: OffPolicyConfig, spec: EnvSpec, actor: str = "actor",
+             renorm: bool = False, log_std_head: bool = True) -> Emitter:
+    """``actor``: where the actor's parameters are in the policy's tree; ``renorm``: batch
+    renormalisation layers in it; ``log_std_head``: a Gaussian's second head (stored, unused
+    by the mode)."""
     low, high = bounds(algo, spec)
     hidden = len(c.network.actor_hidden)
-    crossq = algo == "crossq"
-    renorm = crossq and c.network.batch_norm_actor
-    actor = "actor/params" if crossq else "actor"   # CrossQ: flax's {"params", "batch_stats"}
 
     def emit(g: Graph, x: str, mask: str | None, carry: list[str]) -> tuple[str, list[str]]:
         del mask, carry   # continuous actions, feed-forward
@@ -46,7 +47,7 @@ def _emitter(algo: str, c: OffPolicyConfig, spec: EnvSpec) -> Emitter:
             x = graph.mlp(g, x, [f"{actor}/Dense_{i}" for i in range(hidden)],
                           c.network.activation)
         a = g.op("Tanh", graph.dense(g, x, f"{actor}/Dense_{hidden}"))
-        if algo != "td3":                     # the log std's head: the mode does not use it
+        if log_std_head:                      # the log std's head: the mode does not use it
             for name in ("kernel", "bias"):
                 g.param(f"{actor}/Dense_{hidden + 1}/{name}")
         # networks.to_bounds: low + (a + 1) (high - low) / 2, then envs.to_env_action's clip
@@ -63,8 +64,9 @@ def sac_emitter(c: OffPolicyConfig, spec: EnvSpec) -> Emitter:
 
 
 def td3_emitter(c: OffPolicyConfig, spec: EnvSpec) -> Emitter:
-    return _emitter("td3", c, spec)
+    return _emitter("td3", c, spec, log_std_head=False)
 
 
 def crossq_emitter(c: OffPolicyConfig, spec: EnvSpec) -> Emitter:
-    return _emitter("crossq", c, spec)
+    # flax's {"params", "batch_stats"}: the parameters one level down
+    return _emitter("crossq", c, spec, "actor/params", c.network.batch_norm_actor)

@@ -205,15 +205,22 @@ class Networks(NamedTuple):
     critic_train: Callable[..., tuple[jax.Array, Any]] | None = None
 
 
-def make_networks(algo: str, n: NetworkConfig, spec: EnvSpec, axis: str | None = None
-                  ) -> Networks:
-    """``algo``'s networks; ``axis``: the data axis CrossQ's batch statistics are reduced over
-    (None: a batch is never sharded, e.g. a deployed policy)."""
-    if algo == "crossq":
-        return _renorm_networks(n, spec, axis)
+def gaussian_networks(n: NetworkConfig, spec: EnvSpec, axis: str | None = None) -> Networks:
+    """SAC's: a tanh-squashed Gaussian actor (its mode: tanh of the mean) and the critics.
+    ``axis`` is unused (no batch statistics)."""
+    return _mlp_networks(GaussianActor, lambda out: out.mode(), n, spec)
+
+
+def deterministic_networks(n: NetworkConfig, spec: EnvSpec, axis: str | None = None
+                           ) -> Networks:
+    """TD3's: a deterministic tanh actor (its output is its mode) and the critics."""
+    return _mlp_networks(DeterministicActor, lambda out: out, n, spec)
+
+
+def _mlp_networks(actor_module: Callable[..., nn.Module], mode_of: Callable[[Any], jax.Array],
+                  n: NetworkConfig, spec: EnvSpec) -> Networks:
     scale = input_scale(spec.obs_dtype)
-    module = (GaussianActor if algo == "sac" else DeterministicActor)(
-        tuple(n.actor_hidden), spec.action_dim, n.activation, scale)
+    module = actor_module(tuple(n.actor_hidden), spec.action_dim, n.activation, scale)
     critic = Critic(tuple(n.critic_hidden), n.activation, scale)
     obs = jnp.zeros((1, *spec.obs_shape), jnp.float32)
     action = jnp.zeros((1, spec.action_dim), jnp.float32)
@@ -232,14 +239,16 @@ def make_networks(algo: str, n: NetworkConfig, spec: EnvSpec, axis: str | None =
         return jax.vmap(lambda p: critic.apply({"params": p}, x, a))(params)
 
     def mode(params, x):
-        out = actor(params, x)
-        return out.mode() if algo == "sac" else out
+        return mode_of(actor(params, x))
 
     return Networks(init_actor, actor, init_critic, critic_apply, mode)
 
 
-def _renorm_networks(n: Any, spec: EnvSpec, axis: str | None) -> Networks:
-    """CrossQ's: ``n`` is a :class:`~.config.CrossQNetworkConfig`."""
+def renorm_networks(n: Any, spec: EnvSpec, axis: str | None = None) -> Networks:
+    """CrossQ's: a squashed Gaussian actor and critics with batch renormalisation, over
+    ``{"params", "batch_stats"}``; ``n`` is a :class:`~.config.CrossQNetworkConfig`, ``axis``
+    the data axis the batch statistics are reduced over (None: a batch is never sharded, e.g.
+    a deployed policy)."""
     scale = input_scale(spec.obs_dtype)
     module = RenormGaussianActor(tuple(n.actor_hidden), spec.action_dim, n.activation,
                                  n.batch_norm_momentum if n.batch_norm_actor else None, axis,
@@ -311,15 +320,15 @@ def deployment(algo: str, c: OffPolicyConfig, spec: EnvSpec, nets: Networks) -> 
 
 def sac_policy(c: OffPolicyConfig, spec: EnvSpec) -> Deployment:
     """SAC's deployed policy (its record's ``policy``), from ``policy_params``' tree."""
-    return deployment("sac", c, spec, make_networks("sac", c.network, spec))
+    return deployment("sac", c, spec, gaussian_networks(c.network, spec))
 
 
 def td3_policy(c: OffPolicyConfig, spec: EnvSpec) -> Deployment:
     """TD3's deployed policy (its record's ``policy``), from ``policy_params``' tree."""
-    return deployment("td3", c, spec, make_networks("td3", c.network, spec))
+    return deployment("td3", c, spec, deterministic_networks(c.network, spec))
 
 
 def crossq_policy(c: OffPolicyConfig, spec: EnvSpec) -> Deployment:
     """CrossQ's deployed policy (its record's ``policy``): the actor in eval mode, its
     ``policy_params``' ``actor`` being ``{"params", "batch_stats"}``."""
-    return deployment("crossq", c, spec, make_networks("crossq", c.network, spec))
+    return deployment("crossq", c, spec, renorm_networks(c.network, spec))

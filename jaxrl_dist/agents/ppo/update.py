@@ -371,6 +371,25 @@ def first_ratio_deviation(nets: Networks, params: Any, batch: losses.LossInputs,
     return jax.lax.pmax(jnp.max(deviation), axis)
 
 
+def _sequence_inputs(p: PPOConfig, nets: Networks, params: Any, first: Any,
+                     obs_seen: jax.Array, start: jax.Array, critic_first: Any,
+                     critic_carries: Any) -> Sequences:
+    """A recurrent learner's inputs: its sequences, each from the carries the rollout had at
+    its first step (``first``: the actor's before the rollout; the critic's replayed ones)."""
+    r, C = nets.recurrent, sequences_per_env(p)
+    actor_carries = None
+    if p.network.shared:   # the critic's replay was the actor's cell
+        actor_carries = critic_carries
+    elif C > 1:   # the actor's carries inside the rollout, replayed as it acted
+        actor_carries = r.unroll(params, {"actor": first}, obs_seen, start,
+                                 keep_carries=True)[1]["actor"]
+    carries = {"actor": sequence_carries(first, actor_carries, start, C, r.init_carry())}
+    if not p.network.shared:
+        carries["critic"] = sequence_carries(critic_first, critic_carries, start, C,
+                                             r.init_carry())
+    return Sequences(obs_seen, start, carries)
+
+
 def make_learn_fn(p: PPOConfig, sizes: Sizes, spec: EnvSpec, nets: Networks, axis: str
                   ) -> Callable[..., tuple[TrainState, Any, dict[str, jax.Array]]]:
     """(TrainState, data, Trajectory [T, E], key) -> (TrainState, data, metrics): one update
@@ -436,19 +455,8 @@ def make_learn_fn(p: PPOConfig, sizes: Sizes, spec: EnvSpec, nets: Networks, axi
         if not recurrent:
             inputs = normalize_fn(steps.obs)
         else:   # sequences, each from the carries the rollout had at its first step
-            r, C = nets.recurrent, sequences_per_env(p)
-            actor_carries = None
-            if p.network.shared:   # the critic's replay was the actor's cell
-                actor_carries = critic_carries
-            elif C > 1:   # the actor's carries inside the rollout, replayed as it acted
-                actor_carries = r.unroll(train.params, {"actor": trajectory.carry}, obs_seen,
-                                         start, keep_carries=True)[1]["actor"]
-            carries = {"actor": sequence_carries(trajectory.carry, actor_carries, start, C,
-                                                 r.init_carry())}
-            if not p.network.shared:
-                carries["critic"] = sequence_carries(critic_first, critic_carries, start, C,
-                                                     r.init_carry())
-            inputs = Sequences(obs_seen, start, carries)
+            inputs = _sequence_inputs(p, nets, train.params, trajectory.carry, obs_seen, start,
+                                      critic_first, critic_carries)
         batch = losses.LossInputs(inputs, steps.action, steps.extras["log_prob"], scale(value),
                                   advantages, scale(targets), steps.mask, weight)
         progress = train.update.astype(jnp.float32) / sizes.num_updates
