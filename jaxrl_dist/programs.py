@@ -56,11 +56,12 @@ def env_checks(drop_nonfinite: bool) -> dict[str, str]:
     return ENV_RESETS if drop_nonfinite else ENV_CHECKS
 
 
-def env_nonfinite(trajectory: Trajectory, env_ids: jax.Array, axis: Any,
+def env_nonfinite(trajectory: Trajectory, env_ids: jax.Array | None, axis: Any,
                   drop_nonfinite: bool = False) -> dict[str, jax.Array]:
-    """:data:`ENV_NONFINITE` and :data:`ENV_NONFINITE_AT` of one rollout ``[T, E_local]``,
-    reduced over ``axis`` (every device then holds the same values, as metrics do); with
-    ``drop_nonfinite``, :data:`ENV_NONFINITE_RESETS` (the rollout holds no such value)."""
+    """:data:`ENV_NONFINITE` and :data:`ENV_NONFINITE_AT` of one rollout ``[T, E_local]``
+    (``env_ids``: the environments' global indices), reduced over ``axis`` (every device then
+    holds the same values, as metrics do); with ``drop_nonfinite``,
+    :data:`ENV_NONFINITE_RESETS` (the rollout then holds no such value; no ``env_ids``)."""
     steps = trajectory.steps
     if drop_nonfinite:
         count = jnp.sum(dropped(steps.terminated, steps.truncated)).astype(jnp.float32)
@@ -484,7 +485,7 @@ def _device_bodies(agent: Agent, learner: Agent, spec: EnvSpec, layout: Layout,
         k = keys.of_update(train.key)   # the host actors acted with k.act
         train, data, metrics = learn_local(train._replace(key=k.next), data, trajectory, k.learn)
         if drop:   # the host actors dropped them (the error kind stops on the host)
-            metrics = {**metrics, **env_nonfinite(trajectory, (), axis, drop)}
+            metrics = {**metrics, **env_nonfinite(trajectory, None, axis, drop)}
         return train, data, metrics
 
     def one_update(state: RunState, _):

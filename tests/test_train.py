@@ -173,6 +173,10 @@ def test_row_sps_is_training_speed_with_slow_evaluations_and_checkpoints(tmp_pat
     assert any("eval/return_mean" in r for r in rows)
     # ~5.5 s of the loop are the slowed hooks (7 saves, 4 evaluations), its 12 calls take
     # milliseconds each: rows that counted hook time would read near the loop's average speed
-    # (the summary's sps), the training speed is ~20x that
-    assert sps.min() > 5 * summary["sps"], (sps, summary["sps"])
+    # (the summary's sps), the training speed is ~20x that. The first rows average over 1-2
+    # calls, which the background saves slow when the disk is busy (2,200 against 5 x 566 in
+    # the extended tier right after other tests' checkpoints, 2026-11-29): the median is held
+    # to 5x, every row to 2x, and either fails if the hooks' 0.5 s were counted
+    assert np.median(sps) > 5 * summary["sps"], (sps, summary["sps"])
+    assert sps.min() > 2 * summary["sps"], (sps, summary["sps"])
     assert sps.max() < 20 * np.median(sps), sps   # and no spike
