@@ -199,7 +199,7 @@ class CompileOptions:
     # with ``check_vma=False``.
     batch_axis: str | None = None
     # ``env_nonfinite: reset``: a step whose reward or observation is not finite is dropped
-    # and its environment reset (:func:`drop_nonfinite`), in training's rollouts.
+    # and its environment reset (:func:`_drop_nonfinite`), in training's rollouts.
     drop_nonfinite: bool = False
 
 
@@ -290,7 +290,7 @@ def step(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array,
     (Measured on CPU, where the branch is cheap; with thousands of
     environments per device some always finish, and on accelerators the branch's predicate
     may cost a host round trip per step: not yet measured.)
-    ``drop_nonfinite``: :func:`drop_nonfinite` after the step (``env_nonfinite: reset``).
+    ``drop_nonfinite``: :func:`_drop_nonfinite` after the step (``env_nonfinite: reset``).
     """
     new_slots, out = _STEPS[spec.autoreset](spec, keys, slots, action, autoreset, batch_axis)
     if drop_nonfinite:
