@@ -16,7 +16,7 @@ import jax.numpy as jnp
 
 from jaxrl_dist import envs as envs_lib
 from jaxrl_dist import keys, rollout, running_stats
-from jaxrl_dist.envs import CompileOptions, EnvSpec
+from jaxrl_dist.envs import CompileOptions, EnvSpec, team
 from jaxrl_dist.sharding import Layout
 
 if TYPE_CHECKING:
@@ -74,6 +74,7 @@ def make_eval_program(agent: Agent, spec: EnvSpec, layout: Layout, episodes: int
 
     def local_eval(train, seed_key, pools):
         env_ids = rollout.local_env_ids(local_envs, axis)
+        rows = team.row_ids(spec, env_ids)   # each agent's, with several per environment
         key_reset, key_steps = keys.of_eval(seed_key, train.update)
         actors = rollout.reset_actors(spec, agent, rollout.env_keys(key_reset, env_ids), pools)
         policy_params, acting = agent.policy_params(train), agent.acting(train)
@@ -85,12 +86,17 @@ def make_eval_program(agent: Agent, spec: EnvSpec, layout: Layout, episodes: int
         def body(carry):
             t, actors, ret, length, done = carry
             slots = actors.env
-            keys = rollout.env_keys(jax.random.fold_in(key_steps, t), env_ids)
+            key_t = jax.random.fold_in(key_steps, t)
+            keys = rollout.env_keys(key_t, env_ids)
+            row_keys = keys if spec.num_agents == 1 else rollout.env_keys(key_t, rows)
+            mask = None if slots.mask is None else team.rows(spec, slots.mask)
             action, carry_next = eval_action(agent, deterministic, policy_params, acting,
-                                             actors.carry, slots.obs, slots.mask, keys)
-            slots, out = envs_lib.step(spec, envs_lib.step_keys(keys), slots, action,
-                                      autoreset=False,   # one episode each
-                                      batch_axis=options.batch_axis)
+                                             actors.carry, team.rows(spec, slots.obs), mask,
+                                             row_keys)
+            slots, out = envs_lib.step(spec, envs_lib.step_keys(keys), slots,
+                                       team.per_env(spec, action),
+                                       autoreset=False,   # one episode each
+                                       batch_axis=options.batch_axis)
             if spec.resets_late:   # a pool: scores and ends as the game counts
                 ended = out.finished_length > 0
                 ret = jnp.where(done, ret, jnp.where(ended, out.finished_return,
@@ -99,7 +105,7 @@ def make_eval_program(agent: Agent, spec: EnvSpec, layout: Layout, episodes: int
                                                            slots.episode_length))
                 done = done | ended
             else:
-                ret = jnp.where(done, ret, ret + out.reward)
+                ret = jnp.where(done, ret, ret + team.team_reward(spec, out.reward))
                 length = jnp.where(done, length, length + 1)
                 done = done | out.terminated | out.truncated
             return t + 1, actors._replace(env=slots, carry=carry_next), ret, length, done

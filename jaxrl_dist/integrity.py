@@ -138,9 +138,9 @@ def check_processes_agree(config: Config) -> None:
         return
     import yaml
 
+    config_digest = _digest_int(yaml.safe_dump(config_lib.to_dict(config)))
     _allgather_compare(
-        [_digest_int(yaml.safe_dump(config_lib.to_dict(config))),
-         _digest_int(jaxrl_dist.__version__), _digest_int(jax.__version__)],
+        [config_digest, _digest_int(jaxrl_dist.__version__), _digest_int(jax.__version__)],
         ["config", "jaxrl_dist version", "jax version"],
         "start every process with the same config and install")
 

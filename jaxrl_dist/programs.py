@@ -24,7 +24,7 @@ from jaxrl_dist import pbt as pbt_lib
 from jaxrl_dist.agents.base import EPISODE_METRICS, Agent, check_aggregations, check_metrics
 from jaxrl_dist.config import Config
 from jaxrl_dist import envs as envs_lib
-from jaxrl_dist.envs import AUTORESETS, CompileOptions, EnvSpec
+from jaxrl_dist.envs import AUTORESETS, CompileOptions, EnvSpec, team
 from jaxrl_dist.evaluate import make_eval_program
 from jaxrl_dist.errors import ConfigError
 from jaxrl_dist.sharding import REPLICATED, Layout, replicated_layout
@@ -57,14 +57,17 @@ def env_checks(drop_nonfinite: bool) -> dict[str, str]:
 
 
 def env_nonfinite(trajectory: Trajectory, env_ids: jax.Array | None, axis: Any,
-                  drop_nonfinite: bool = False) -> dict[str, jax.Array]:
+                  drop_nonfinite: bool = False, agents: int = 1) -> dict[str, jax.Array]:
     """:data:`ENV_NONFINITE` and :data:`ENV_NONFINITE_AT` of one rollout ``[T, E_local]``
-    (``env_ids``: the environments' global indices), reduced over ``axis`` (every device then
-    holds the same values, as metrics do); with ``drop_nonfinite``,
-    :data:`ENV_NONFINITE_RESETS` (the rollout then holds no such value; no ``env_ids``)."""
+    (``env_ids``: the environments' global indices, one per row: ``agents`` rows per
+    environment, ``envs.team``), reduced over ``axis`` (every device then holds the same
+    values, as metrics do); with ``drop_nonfinite``, :data:`ENV_NONFINITE_RESETS` (the rollout
+    then holds no such value; no ``env_ids``)."""
     steps = trajectory.steps
     if drop_nonfinite:
         count = jnp.sum(dropped(steps.terminated, steps.truncated)).astype(jnp.float32)
+        if agents > 1:   # an environment's drop marks each of its rows
+            count = count / agents
         return {ENV_NONFINITE_RESETS: jax.lax.psum(count, axis)}
     T = steps.reward.shape[0]
 
@@ -208,18 +211,32 @@ def make_learner(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | M
     ``layout``. The algorithm's own code receives its section and the derived sizes, never the
     whole run config."""
     layout = as_layout(layout)
-    factory = agents.get(config.algo).agent_factory()
+    algorithm = agents.get(config.algo)
+    if spec.num_agents > 1 and not algorithm.teams:
+        raise ConfigError(f"algo {config.algo} trains one agent per environment, and "
+                          f"{spec.name} has {spec.num_agents}: use algo: ppo (IPPO: one policy "
+                          f"shared by the agents), or a single-agent environment")
+    replicated = replicates(config, spec, layout)   # the same algorithm, for the whole batch
+    acting_whole = replicated and acts_whole(config, spec)   # the one-device program on each
+    factory = algorithm.agent_factory()
+
+    def make(sizes: Sizes, layout: Layout) -> Agent:   # an agent sees rows: envs x agents
+        rows = sizes if spec.num_agents == 1 else dataclasses.replace(
+            sizes, local_envs=sizes.local_envs * spec.num_agents)
+        return factory(config.agent, rows, spec, layout)
+
     whole = None
-    if replicates(config, spec, layout):   # the same algorithm, for the whole batch
+    if replicated:
         one = dataclasses.replace(sizes, num_devices=1,
                                   local_envs=sizes.local_envs * layout.data_size)
         whole_layout = replicated_layout(layout)
-        whole = factory(config.agent, one, spec, whole_layout)
-        if acts_whole(config, spec):   # the one-device program on every device
-            return build(whole, one, spec, whole_layout, RunSettings.of(config)
-                         )._replace(replicated=True, acts_whole=True)
-    return build(factory(config.agent, sizes, spec, layout), sizes, spec, layout,
-                 RunSettings.of(config), whole=whole)
+        whole = make(one, whole_layout)
+        if acting_whole:
+            agent, sizes, layout, whole = whole, one, whole_layout, None
+    if not acting_whole:
+        agent = make(sizes, layout)
+    learner = build(agent, sizes, spec, layout, RunSettings.of(config), whole=whole)
+    return learner._replace(replicated=replicated, acts_whole=acting_whole)
 
 
 def replicates(config: Config, spec: EnvSpec, layout: Layout) -> bool:
@@ -382,6 +399,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
                                 specs), out_shardings=state_out)
 
     init = _compiled_once(init_program, mesh, env_inputs.train)
+    restored = _restored(agent, layout, data_spec, smap)
 
     trajectory_specs = trajectory_partition(layout)
     collect_smap = smap(collect_body, (layout.train, layout.envs, layout.train),
@@ -436,7 +454,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
     return Learner(init, update, learn, collect, evaluate, abstract_state, layout, init_program,
                    agent, specs, {**agent.metrics, SKIPPED: "sum", **env_checks(drop)},
                    env_inputs,
-                   _restored(agent, layout, data_spec, smap), learn_next,
+                   restored, learn_next,
                    replicated=whole is not None, exploit=exploit, pbt=pbt,
                    drop_nonfinite=drop)
 
@@ -462,18 +480,19 @@ def _device_bodies(agent: Agent, learner: Agent, spec: EnvSpec, layout: Layout,
 
     def init_local(seed_key, swept, params, handles):
         seed = keys.of_seed(seed_key)
+        rounds = pbt_lib.init(pbt) if pbt else ()
         env_ids = rollout.local_env_ids(E, axis)
         actors = () if host else rollout.reset_actors(
             spec, agent, keys.per_env(seed.envs, env_ids), handles)
         train, data = learner.init(seed.train, params, swept)
-        return RunState(train, actors, data, pbt_lib.init(pbt) if pbt else ())
+        return RunState(train, actors, data, rounds)
 
     def collect_local(train, actors, key):
         env_ids = rollout.local_env_ids(E, axis)
         carry = actors.carry
         actors, steps = rollout.collect(spec, agent, agent.acting(train), actors, env_ids, key, T,
                                         options.batch_axis, options.drop_nonfinite)
-        return actors, Trajectory(steps, actors.env.obs, carry)
+        return actors, Trajectory(steps, rollout.last_obs(spec, actors), carry)
 
     def learn_local(train, data, trajectory, key):
         learned, data, metrics = learner.learn(train, data, trajectory, key)
@@ -493,8 +512,9 @@ def _device_bodies(agent: Agent, learner: Agent, spec: EnvSpec, layout: Layout,
         actors, trajectory = collect_local(state.train, state.actors, k.act)
         train, data, metrics = learn_local(state.train._replace(key=k.next), state.data,
                                            trajectory, k.learn)
-        metrics = {**metrics, **env_nonfinite(trajectory, rollout.local_env_ids(E, axis), axis,
-                                              drop)}
+        env_ids = team.repeat(spec, rollout.local_env_ids(E, axis))   # one per row
+        metrics = {**metrics, **env_nonfinite(trajectory, env_ids, axis, drop,
+                                              spec.num_agents)}
         window = pbt_lib.accumulate(state.pbt, pbt_lib.episode_sums(
             trajectory.steps.finished_return, trajectory.steps.finished_length, axis)
         ) if pbt else ()
@@ -578,9 +598,10 @@ def _learn_whole(whole: Agent, agent: Agent, spec: EnvSpec, layout: Layout, smap
             check_metrics(agent, metrics)
             learned, metrics = keep_finite(train, learned, metrics)
             axis = whole_layout.data_axis   # one device: reduces nothing, types the values
-            env_ids = rollout.local_env_ids(trajectory.last_obs.shape[0], axis)
+            envs = trajectory.last_obs.shape[0] // spec.num_agents
+            env_ids = team.repeat(spec, rollout.local_env_ids(envs, axis))   # one per row
             return learned, data, {**metrics, **env_nonfinite(trajectory, env_ids, axis,
-                                                               drop_nonfinite)}
+                                                               drop_nonfinite, spec.num_agents)}
         train_spec, envs_spec = whole_layout.train, whole_layout.envs
         return jax.shard_map(
             body, mesh=whole_layout.mesh, in_specs=(train_spec, envs_spec, envs_spec, train_spec),

@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from jaxrl_dist import envs as envs_lib
 from jaxrl_dist import keys
-from jaxrl_dist.envs import EnvSpec
+from jaxrl_dist.envs import EnvSpec, team
 from jaxrl_dist.types import ActorState, Transition
 
 if TYPE_CHECKING:
@@ -86,9 +86,11 @@ def initial_carries(agent: Agent, batch: jax.Array) -> Any:
 
 def reset_actors(spec: EnvSpec, agent: Agent, keys: jax.Array, handles: Any = None
                  ) -> ActorState:
-    """Fresh environments [E] (one key each) and the policy's initial carry; a pool's
-    environments are reset in the pool ``handles`` [E, 8] names (see ``envs.pool``)."""
-    return ActorState(envs_lib.reset_batch(spec, keys, handles), initial_carries(agent, keys))
+    """Fresh environments [E] (one key each) and the policy's initial carry (one per row:
+    per agent, ``envs.team``); a pool's environments are reset in the pool ``handles``
+    [E, 8] names (see ``envs.pool``)."""
+    return ActorState(envs_lib.reset_batch(spec, keys, handles),
+                      initial_carries(agent, team.repeat(spec, keys)))
 
 
 def rollout_noise(agent: Agent, act_key: jax.Array, env_ids: jax.Array, num_steps: int) -> Any:
@@ -108,31 +110,36 @@ def collect(spec: EnvSpec, agent: Agent, acting: Any, actors: ActorState, env_id
       acting: ``agent.acting(train)``.  actors: [E].  env_ids: [E] int32 global indices.
       key: replicated.  batch_axis, drop_nonfinite: the program's ``envs.CompileOptions``.
     Returns:
-      (actors after the rollout, transitions [T, E, ...]).
+      (actors after the rollout, transitions [T, E, ...]; [T, E x A, ...] with A agents per
+      environment: one row per agent, ``envs.team``).
     """
     # Environment e's randomness comes from ONE key, a function of (key, global index e): its
     # action noise and its (step, reset) key pairs for all T steps are one batched draw each,
     # step t taking row t. Few large draws, not a fold_in and splits per (step, environment):
     # XLA:CPU runs them as fewer, fuller kernels (+4 % on the CartPole update).
-    noise = rollout_noise(agent, key, env_ids, num_steps)                    # [T, E, ...]
+    rows = team.row_ids(spec, env_ids)   # the acting rows: env_ids, or each agent's
+    noise = rollout_noise(agent, key, rows, num_steps)                       # [T, E, ...]
     key_env = jax.vmap(lambda k: jax.random.split(k, (num_steps, 2)))(
         keys.of_rollout(key, env_ids).env).swapaxes(0, 1)                   # [T, E, 2, key]
-    initial_carry = initial_carries(agent, env_ids)
+    initial_carry = initial_carries(agent, rows)
 
     def env_step(actors: ActorState, xs):
         noise_t, key_env_t = xs
         slots = actors.env
-        action, carry, extras = agent.act(acting, actors.carry, slots.obs, slots.mask, noise_t)
-        new_slots, out = envs_lib.step(spec, key_env_t, slots, agent.env_action(action),
+        obs, mask = team.rows(spec, slots.obs), _rows(spec, slots.mask)
+        action, carry, extras = agent.act(acting, actors.carry, obs, mask, noise_t)
+        new_slots, out = envs_lib.step(spec, key_env_t, slots,
+                                       team.per_env(spec, agent.env_action(action)),
                                        batch_axis=batch_axis, drop_nonfinite=drop_nonfinite)
+        out = team.step_rows(spec, out)
         done = jnp.logical_or(out.terminated, out.truncated)
         carry = jax.tree.map(lambda c0, c: jax.vmap(jnp.where)(done, c0, c),
                              initial_carry, carry)   # a new episode starts from a fresh carry
         transition = Transition(
-            obs=slots.obs, action=action, reward=out.reward, terminated=out.terminated,
+            obs=obs, action=action, reward=out.reward, terminated=out.terminated,
             truncated=out.truncated, finished_return=out.finished_return,
             finished_length=out.finished_length, extras=extras,
-            final_obs=out.final_obs if agent.keep_final_obs else None, mask=slots.mask,
+            final_obs=out.final_obs if agent.keep_final_obs else None, mask=mask,
             valid=out.valid)
         packed, unpack[0] = pack_by_dtype(transition)
         return ActorState(new_slots, carry), packed
@@ -143,6 +150,15 @@ def collect(spec: EnvSpec, agent: Agent, acting: Any, actors: ActorState, env_id
     # envs) and compile longer (it was +25 % when the body still drew keys and ran the critic).
     actors, packed = jax.lax.scan(env_step, actors, (noise, key_env))
     return actors, unpack[0](packed)
+
+
+def _rows(spec: EnvSpec, mask: jax.Array | None) -> jax.Array | None:
+    return None if mask is None else team.rows(spec, mask)
+
+
+def last_obs(spec: EnvSpec, actors: ActorState) -> jax.Array:
+    """The observation each row reached after a rollout (what ``learn`` bootstraps from)."""
+    return team.rows(spec, actors.env.obs)
 
 
 def stops_before_invalid(steps: Transition) -> jax.Array:

@@ -181,17 +181,17 @@ def _build(*, config: Config, env: Any, env_params: Any,
            devices: Sequence[jax.Device] | None) -> _Parts:
     """Layout, sizes, environment and learner: every check of the input, so bad input fails
     before a run dir exists."""
-    pop = config.population
-    members = population.members(config) if pop.enabled else None
     spec = make_env_from_config(config, env, env_params)
     driver = drivers.make(config, spec, devices)
-    layout = sharding.make_layout(driver.devices, len(members) if members else None,
-                                  pop.member_devices)
-    sizes = sizes_lib.derive_sizes(config, layout.data_size)
+    pop = config.population
+    members = population.members(config) if pop.enabled else None
     device_kind = integrity.check_device_kinds()
     if device_kind == "cpu" or driver.steps_on_cpus:   # CPUs compute what must agree
         integrity.check_vector_extensions()
     integrity.check_processes_agree(config)
+    layout = sharding.make_layout(driver.devices, len(members) if members else None,
+                                  pop.member_devices)
+    sizes = sizes_lib.derive_sizes(config, layout.data_size)
     learner = make_learner(config, sizes, spec, layout)
     return _Parts(members, layout, sizes, spec, device_kind, learner, driver)
 

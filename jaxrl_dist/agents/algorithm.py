@@ -27,6 +27,8 @@ class Algorithm(NamedTuple):
     export: str = ""                        # "module:function": (section, spec) ->
                                             #   export.graph.Emitter, the ONNX form of
                                             #   ``policy``; "" when it has none
+    teams: bool = False                     # trains environments of several agents, each
+                                            #   a row of the batch (``envs.team``)
 
     def agent_factory(self) -> Callable[..., Any]:
         """The ``make`` function, imported now (it imports jax)."""

@@ -129,6 +129,11 @@ class EnvSpec:
     # None: read from what the spec provides (``pool`` -> "next_step", ``host`` -> "host",
     # else "lazy").
     autoreset: str | None = None
+    # Agents per environment (``envs.team``): above 1, obs_shape, action_dim and the mask
+    # describe ONE agent, an environment's observations are [num_agents, *obs_shape], its
+    # rewards [num_agents] and its actions [num_agents, ...]; it ends (terminated/truncated)
+    # as a whole, and its episode return is the team's (the sum over its agents).
+    num_agents: int = 1
 
     def __post_init__(self):
         if self.autoreset is None:
@@ -166,7 +171,8 @@ class EnvSpec:
                 "action_dim": self.action_dim, "continuous": self.continuous,
                 "action_low": bound(self.action_low), "action_high": bound(self.action_high),
                 "masked": self.masked, "max_episode_steps": self.max_episode_steps,
-                "obs_dtype": self.obs_dtype}
+                "obs_dtype": self.obs_dtype,
+                **({"num_agents": self.num_agents} if self.num_agents > 1 else {})}
 
     @classmethod
     def from_description(cls, d: dict[str, Any]) -> EnvSpec:
@@ -178,7 +184,8 @@ class EnvSpec:
                    action_dim=int(d["action_dim"]), continuous=bool(d["continuous"]),
                    action_low=bound(d["action_low"]), action_high=bound(d["action_high"]),
                    max_episode_steps=int(d["max_episode_steps"]), masked=bool(d["masked"]),
-                   obs_dtype=str(d.get("obs_dtype", "float32")))
+                   obs_dtype=str(d.get("obs_dtype", "float32")),
+                   num_agents=int(d.get("num_agents", 1)))
 
 
 @dataclass(frozen=True)
@@ -313,7 +320,7 @@ def _drop_nonfinite(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, new_slots: E
     def bad_rows(x: jax.Array) -> jax.Array:
         return ~jnp.isfinite(x).reshape(x.shape[0], -1).all(axis=1)
 
-    bad = ~jnp.isfinite(out.reward)
+    bad = ~jnp.isfinite(out.reward) if out.reward.ndim == 1 else bad_rows(out.reward)
     if jnp.issubdtype(new_slots.obs.dtype, jnp.inexact):
         bad = bad | bad_rows(new_slots.obs) | bad_rows(out.final_obs)
     any_bad = jnp.any(bad)
@@ -331,7 +338,7 @@ def _drop_nonfinite(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, new_slots: E
     zero = jnp.zeros((), jnp.float32)
     obs_before = slots.obs.astype(out.final_obs.dtype)
     return new_slots, out._replace(
-        reward=jnp.where(bad, zero, out.reward),
+        reward=jnp.where(per_env(out.reward), zero, out.reward),
         terminated=out.terminated | bad, truncated=out.truncated | bad,
         final_obs=jnp.where(per_env(out.final_obs), obs_before, out.final_obs),
         finished_return=jnp.where(bad, zero, out.finished_return),
@@ -418,7 +425,7 @@ def _tracked(spec: EnvSpec, slots: EnvSlot, state: Any, obs: Any, reward: Any,
     """The new slots and the step's outputs, with each running episode's statistics."""
     done = jnp.logical_or(terminated, truncated)
     reward = jnp.asarray(reward, jnp.float32)
-    ep_return = slots.episode_return + reward
+    ep_return = slots.episode_return + (reward if spec.num_agents == 1 else reward.sum(-1))
     ep_length = slots.episode_length + 1
     state = strong_types(state)
     new_slots = EnvSlot(

@@ -23,6 +23,7 @@ SUITES: dict[str, tuple[str, str, str]] = {
     "craftax": ("jaxrl_dist.envs.craftax", "craftax", "craftax"),
     "ale": ("jaxrl_dist.envs.ale", "ale_py", "ale"),
     "gymnasium": ("jaxrl_dist.envs.gymnasium", "gymnasium", "gymnasium"),
+    "jaxmarl": ("jaxrl_dist.envs.jaxmarl", "jaxmarl", "jaxmarl"),
 }
 
 

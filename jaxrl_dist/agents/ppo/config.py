@@ -177,5 +177,6 @@ ALGORITHM = Algorithm(
     sweepable=sweep_keys("ppo", HPARAMS),
     steps_per_env=lambda p: p.num_steps, make="jaxrl_dist.agents.ppo.learner:make_agent",
     policy="jaxrl_dist.agents.ppo.learner:make_policy",
-    export="jaxrl_dist.agents.ppo.export:emitter",
-    doc="clipped PPO with GAE, a separate actor and critic")
+    export="jaxrl_dist.agents.ppo.export:emitter", teams=True,
+    doc="clipped PPO with GAE, a separate actor and critic (IPPO on environments of several "
+        "agents: one policy shared by all)")
