@@ -102,6 +102,20 @@ class WandbConfig:
     tags: tuple[str, ...] = _doc("W&B run tags", default=())
 
 
+TEAM_CRITICS = ("local", "central")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TeamConfig:
+    critic: str = _doc("on environments of several agents (jaxmarl:): local = IPPO (the critic "
+                       "reads each agent's own observation), central = MAPPO (the critic reads "
+                       "the environment's global state: its world_state, else every agent's "
+                       "observation concatenated; the policy still reads its own)",
+                       default="local")
+    agent_ids: bool = _doc("append each agent's one-hot index to what the policy and a central "
+                           "critic read (JaxMARL's OBS_WITH_AGENT_ID)", default=False)
+
+
 @dataclass(frozen=True, kw_only=True)
 class Config:
     algo: str = _doc("the learning algorithm; its settings are the config section of the same "
@@ -204,6 +218,7 @@ class Config:
     # read it as ``config.agent`` or by its name (``config.ppo``).
     agent: Any = field(default=None, metadata={"internal": True})
     population: PopulationConfig = field(default_factory=lambda: PopulationConfig())
+    team: TeamConfig = field(default_factory=lambda: TeamConfig())
     pbt: PbtConfig = field(default_factory=lambda: PbtConfig())
     wandb: WandbConfig = field(default_factory=lambda: WandbConfig())
 
@@ -391,6 +406,8 @@ def check(config: Config) -> None:
     for name in ("checkpoint_every", "eval_every", "check_replicas_every", "checkpoint_minutes",
                  "check_replicas_minutes"):
         require(getattr(c, name) >= 0, f"{name} must be >= 0 (0 = off), got {getattr(c, name)}")
+    require(c.team.critic in TEAM_CRITICS,
+            f"team.critic must be one of {', '.join(TEAM_CRITICS)}, got {c.team.critic!r}")
     require(c.env_nonfinite in ENV_NONFINITE,
             f"env_nonfinite must be one of {', '.join(ENV_NONFINITE)}, got {c.env_nonfinite!r}")
     require(c.matmul_precision in MATMUL_PRECISIONS,

@@ -382,7 +382,8 @@ def test_mjx_models_are_built_on_each_process_own_device(env, tmp_path):
 
 LAUNCHED = [("brax:fast", ["episode_length=16"]), ("xminigrid:MiniGrid-Empty-5x5", []),
             ("jumanji:Maze-v0", []), ("playground:CartpoleBalance", []),
-            ("craftax:Craftax-Classic-Symbolic-v1", [])]
+            ("craftax:Craftax-Classic-Symbolic-v1", []),
+            ("jaxmarl:MPE_simple_spread_v3", [])]   # a team: 3 agent rows per environment
 
 
 @pytest.mark.slow

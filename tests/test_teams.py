@@ -15,7 +15,7 @@ from jaxrl_dist import sizes as sizes_lib
 from jaxrl_dist.distributions import Categorical
 from jaxrl_dist.envs import registry, team
 from jaxrl_dist.programs import make_learner
-from helpers import acting_agent
+from helpers import acting_agent, max_rel_diff, params_of
 
 SPREAD = "jaxmarl:MPE_simple_spread_v3"
 
@@ -127,14 +127,16 @@ def _ippo(**extra):
                                  **extra})
 
 
-@pytest.mark.parametrize("cell", ["none", "gru"])
-def test_ippo_same_parameters_on_1_and_2_devices(cell):
+@pytest.mark.parametrize("cell,critic", [("none", "local"), ("gru", "local"),
+                                         ("none", "central"), ("gru", "central")])
+def test_ippo_and_mappo_same_parameters_on_1_and_2_devices(cell, critic):
     """The learner's batch is environments x agents; split over 2 devices it is the same
     global batch, the same random streams (keyed by environment and agent), the same
-    parameters."""
+    parameters: IPPO and MAPPO, feed-forward and recurrent."""
     config = _ippo(ppo={"num_steps": 8, "update_epochs": 1, "num_minibatches": 2,
                         "network": {"actor_hidden": [16], "critic_hidden": [16],
-                                    "cell": cell}})
+                                    "cell": cell}},
+                   team={"critic": critic})
     spec = envs.from_config(config)
     results = []
     for n in (1, 2):
@@ -149,6 +151,44 @@ def test_ippo_same_parameters_on_1_and_2_devices(cell):
     assert float(np.sum(results[0][1]["episodes"])) == 0   # 16 steps: no episode ended yet
 
 
+@pytest.mark.parametrize("agent_ids", [False, True])
+def test_central_critic_reads_the_global_state_and_the_policy_its_own(agent_ids):
+    """MAPPO's rows: each agent's observation (its id after it), then the global state (every
+    agent's observation, its id after it); the policy reads the first part, the critic the
+    second; the policy a checkpoint records, and so the deployed one, takes the first part
+    alone."""
+    from jaxrl_dist.agents.ppo.learner import make_policy
+    from jaxrl_dist.agents.ppo.networks import make_networks
+    config = _ippo(team={"critic": "central", "agent_ids": agent_ids})
+    spec = envs.from_config(config)
+    ids = 3 if agent_ids else 0
+    assert spec.obs_shape == (18 + ids + 54 + ids,) and spec.policy_features == 18 + ids
+    _, obs = spec.adapter.reset(jax.random.PRNGKey(0))
+    own = np.asarray(obs[:, :18])
+    np.testing.assert_array_equal(obs[:, 18 + ids:18 + ids + 54],
+                                  np.broadcast_to(own.reshape(-1), (3, 54)))
+    if agent_ids:
+        np.testing.assert_array_equal(obs[:, 18:21], np.eye(3))
+        np.testing.assert_array_equal(obs[:, -3:], np.eye(3))
+    nets = make_networks(config.ppo.network, spec)
+    params = nets.init(jax.random.PRNGKey(1))
+    k = spec.policy_features
+    world = obs.at[:, k:].add(1.0)
+    mine = obs.at[:, :k].add(1.0)
+    np.testing.assert_array_equal(nets.policy(params, world).logits, nets.policy(params, obs).logits)
+    assert not np.allclose(nets.value(params, world), nets.value(params, obs))
+    np.testing.assert_array_equal(nets.value(params, mine), nets.value(params, obs))
+    # the deployed policy (rebuilt from the checkpoint's record) takes the agent's own part
+    record = envs.EnvSpec.from_description(spec.describe())
+    assert record.obs_shape == (k,) and record.policy_features is None
+    deployed = make_policy(config.ppo, record)
+    policy_params = {"actor": params["actor"],
+                     "obs_moments": {"mean": np.zeros(k, np.float32),
+                                     "var": np.ones(k, np.float32)}}
+    action, _ = deployed.policy(policy_params, (), obs[:, :k])
+    np.testing.assert_array_equal(action, nets.policy(params, obs).mode())
+
+
 @pytest.mark.parametrize("config,sets,words", [
     ("configs/cartpole_dqn.yaml", [f"env={SPREAD}", "num_envs=4"],
      ["algo dqn trains one agent per environment", "has 3", "algo: ppo"]),
@@ -156,6 +196,12 @@ def test_ippo_same_parameters_on_1_and_2_devices(cell):
      ["observation spaces differ", "adversary_0"]),
     ("configs/mpe_spread_ippo.yaml", ["env=jaxmarl:SMAX", "env_kwargs={scenario: 3q}"],
      ["unknown scenario '3q'"]),
+    ("configs/cartpole.yaml", ["team.critic=central"],
+     ["team: section applies to environments of several agents", "CartPole-v1 has one"]),
+    ("configs/mpe_spread_mappo.yaml", ["team.critic=centre"],
+     ["team.critic must be one of local, central"]),
+    ("configs/mpe_spread_mappo.yaml", ["ppo.network.cell=gru", "ppo.network.shared=true"],
+     ["team.critic=central needs the critic's own cell"]),
 ])
 def test_bad_team_input_is_one_line_exit_2(config, sets, words, tmp_path, capsys):
     from jaxrl_dist.train import main
@@ -168,3 +214,78 @@ def test_bad_team_input_is_one_line_exit_2(config, sets, words, tmp_path, capsys
     for w in words:
         assert w in err, err
     assert not (tmp_path / "run").exists()
+
+
+# 2 seeds of a recurrent IPPO as one population program on 2 devices: 20 updates of 4
+# environments x 3 agents x 8 steps, a checkpoint every 5.
+TEAM_ARGS = ["--set", "num_envs=4", "--set", "ppo.num_steps=8", "--set", "updates_per_call=5",
+             "--set", "total_timesteps=640", "--set", "ppo.num_minibatches=2",
+             "--set", "checkpoint_every=5", "--set", "eval_episodes=4",
+             "--set", "ppo.network.actor_hidden=[16]", "--set", "ppo.network.critic_hidden=[16]",
+             "--set", "ppo.network.cell=gru", "--set", "population.seeds=[3,11]"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_team_population_resumes_exactly_after_kill_9(tmp_path):
+    """A population of IPPO runs (each member's rows, carries and critic carries in the
+    checkpoint) killed with kill -9 mid-run resumes to the uninterrupted run's parameters, and
+    each member is the single run of its seed."""
+    import json
+    from helpers import train_cli
+    config = "configs/mpe_spread_ippo.yaml"
+    ref, _ = train_cli(tmp_path / "ref", args=TEAM_ARGS, config=config)
+    assert ref.returncode == 0, ref.stderr[-3000:]
+    killed, _ = train_cli(tmp_path / "run", args=TEAM_ARGS, config=config,
+                          JAXRL_FAULT="kill@0:12")
+    assert killed.returncode == -9
+    resumed, _ = train_cli(tmp_path / "run", "--resume", args=TEAM_ARGS, config=config)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    def prints(run):
+        summary = json.loads((tmp_path / run / "summary.json").read_text())
+        return [m["param_fingerprint"] for m in summary["members"]]
+    assert prints("run") == prints("ref")
+    single, _ = train_cli(tmp_path / "one", args=[*TEAM_ARGS, "--set", "seed=11",
+                                                  "--set", "population.seeds=[]"],
+                          config=config)
+    assert single.returncode == 0, single.stderr[-3000:]
+    member = jax.tree.map(lambda x: x[1], params_of(tmp_path / "ref")[0])
+    assert max_rel_diff(member, params_of(tmp_path / "one")[0]) <= 1e-5
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_mappo_policy_exports_on_the_agents_own_observation(tmp_path):
+    """A MAPPO run (observations normalised, whose moments span the global state too) exports
+    a policy that takes one agent's own observation, in parity with the trained policy; the
+    loaded policy acts as training's policy does on the same agent's row."""
+    import onnx
+    from helpers import train_cli
+    from jaxrl_dist import policy as policy_lib
+    from jaxrl_dist.export import __main__ as export_cli
+    run = tmp_path / "run"
+    proc, _ = train_cli(run, args=[*TEAM_ARGS[:-4], "--set", "team.critic=central",
+                                   "--set", "ppo.normalize_observations=true",
+                                   "--set", "total_timesteps=320"],
+                        config="configs/mpe_spread_mappo.yaml")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert export_cli.main([str(run)]) == 0
+    [obs] = onnx.load(str(run / "policy.onnx")).graph.input
+    assert obs.type.tensor_type.shape.dim[1].dim_value == 18
+    loaded = policy_lib.load(run)
+    assert loaded.spec.obs_shape == (18,)
+    spec = envs.make_env(SPREAD, team=config_lib.from_dict(
+        {"env": SPREAD, "team": {"critic": "central"}}).team)
+    _, rows = spec.adapter.reset(jax.random.PRNGKey(3))
+    from jaxrl_dist.agents.ppo.learner import make_policy
+    from jaxrl_dist.checkpoint import read_checkpoint
+    state, meta = read_checkpoint(run / "checkpoints")
+    config = config_lib.from_dict(meta["config"])
+    trained = make_policy(config.ppo, spec)   # the training spec: rows with the global state
+    train = state["train"]
+    moments = train["obs_moments"]
+    full = {"actor": train["params"]["actor"],
+            "obs_moments": {"mean": moments["mean"][:18], "var": moments["var"][:18]}}
+    action, _ = trained.policy(full, (), rows)
+    np.testing.assert_array_equal(loaded(np.asarray(rows[:, :18])), action)

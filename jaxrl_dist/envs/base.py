@@ -134,6 +134,11 @@ class EnvSpec:
     # rewards [num_agents] and its actions [num_agents, ...]; it ends (terminated/truncated)
     # as a whole, and its episode return is the team's (the sum over its agents).
     num_agents: int = 1
+    # A team with a central critic (``team.critic: central``, MAPPO): a flat observation's
+    # first ``policy_features`` entries are what the agent itself observes (the policy's
+    # input, and what a deployed policy takes), the rest the environment's global state (the
+    # critic's). None: the policy and the critic both read the whole observation.
+    policy_features: int | None = None
 
     def __post_init__(self):
         if self.autoreset is None:
@@ -163,11 +168,15 @@ class EnvSpec:
 
     def describe(self) -> dict[str, Any]:
         """The spaces as plain JSON data (what a checkpoint records for rebuilding a policy
-        without the environment library): :meth:`from_description` reads it back."""
+        without the environment library): :meth:`from_description` reads it back. A central
+        critic's part of the observation is not the policy's: ``obs_shape`` is then the
+        agent's own observation, what the deployed policy takes."""
         def bound(b):
             return None if b is None else np.broadcast_to(
                 np.asarray(b, np.float64), (self.action_dim,)).tolist()
-        return {"name": self.name, "obs_shape": list(self.obs_shape),
+        obs_shape = (list(self.obs_shape) if self.policy_features is None
+                     else [self.policy_features])
+        return {"name": self.name, "obs_shape": obs_shape,
                 "action_dim": self.action_dim, "continuous": self.continuous,
                 "action_low": bound(self.action_low), "action_high": bound(self.action_high),
                 "masked": self.masked, "max_episode_steps": self.max_episode_steps,

@@ -68,18 +68,32 @@ def _steps_taken(state: Any) -> jax.Array:
 class JaxMARLAdapter:
     """ONE JaxMARL environment: observations ``[A, d]`` in ``agents`` order (each agent's
     flattened; with ``agent_ids`` its one-hot index appended), rewards ``[A]``, actions
-    ``[A, ...]``; the legal actions ``[A, n]`` where the environment has them."""
+    ``[A, ...]``; the legal actions ``[A, n]`` where the environment has them.
+
+    With ``central`` (``team.critic: central``, MAPPO) each agent's row is its observation
+    followed by the environment's global state (JaxMARL's ``world_state`` where it has one,
+    SMAX's; else every agent's observation concatenated, as JaxMARL's MPE world-state wrapper
+    and mpe2's ``state()`` make it), the agent's one-hot index after each with
+    ``agent_ids``: the policy reads the first part (``EnvSpec.policy_features``), the critic
+    the rest."""
 
     env: Any
     agents: tuple[str, ...]
     masked: bool
     agent_ids: bool = False
+    central: bool = False
 
     def _obs(self, obs: dict[str, Any]) -> jax.Array:
-        x = jnp.stack([jnp.asarray(obs[a], jnp.float32).reshape(-1) for a in self.agents])
+        own = jnp.stack([jnp.asarray(obs[a], jnp.float32).reshape(-1) for a in self.agents])
+        parts = [own]
+        if self.central:
+            world = (jnp.asarray(obs["world_state"], jnp.float32).reshape(-1)
+                     if "world_state" in obs else own.reshape(-1))
+            parts.append(jnp.broadcast_to(world, (len(self.agents), world.shape[0])))
         if self.agent_ids:
-            x = jnp.concatenate([x, jnp.eye(len(self.agents), dtype=jnp.float32)], axis=-1)
-        return x
+            ids = jnp.eye(len(self.agents), dtype=jnp.float32)
+            parts = [x for part in parts for x in (part, ids)]
+        return jnp.concatenate(parts, axis=-1)
 
     def reset(self, key: jax.Array) -> tuple[Any, jax.Array]:
         obs, state = self.env.reset(key)
@@ -145,9 +159,14 @@ def _has_masks(env: Any) -> bool:
     return True
 
 
-def make(name: str, episode_length: int | None = None, agent_ids: bool = False,
+TEAMS = True   # make takes the run's team: section (envs.registry)
+
+
+def make(name: str, episode_length: int | None = None, team: Any = None,
          **kwargs: Any) -> EnvSpec:
     full = f"jaxmarl:{name}"
+    central = team is not None and team.critic == "central"
+    agent_ids = team is not None and team.agent_ids
     with _quiet():   # jaxmarl prints at import (two lines on stdout)
         import jaxmarl  # noqa: F401
     if episode_length is not None:
@@ -168,10 +187,12 @@ def make(name: str, episode_length: int | None = None, agent_ids: bool = False,
         raise EnvError(f"{full}: its action space ({action[1]} {action[2]}) is not one discrete "
                        f"choice or a flat continuous vector; the networks handle those")
     masked = action[0] == "discrete" and _has_masks(env)
-    adapter = JaxMARLAdapter(env, agents, masked, agent_ids)
+    adapter = JaxMARLAdapter(env, agents, masked, agent_ids, central)
     per_agent_obs = obs_shape(adapter)[1:]
+    own = int(np.prod(obs_shapes[agents[0]])) + len(agents) * agent_ids
     limit = int(env.max_steps) + 1   # MPE ends at the step after max_steps
-    common = dict(max_episode_steps=limit, num_agents=len(agents))
+    common = dict(max_episode_steps=limit, num_agents=len(agents),
+                  policy_features=own if central else None)
     if action[0] == "discrete":
         return EnvSpec(adapter, full, per_agent_obs, action[1], False, masked=masked, **common)
     return EnvSpec(adapter, full, per_agent_obs, action[1], True,

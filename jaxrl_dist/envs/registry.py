@@ -56,7 +56,7 @@ def require(suite: str) -> None:
 
 
 def make_env(env: Any, env_params: Any = None, *, episode_length: int | None = None,
-             env_kwargs: dict[str, Any] | None = None) -> EnvSpec:
+             env_kwargs: dict[str, Any] | None = None, team: Any = None) -> EnvSpec:
     """An :class:`EnvSpec` from ``suite:name``, a gymnax id, or a gymnax-style object.
 
     Args:
@@ -64,6 +64,8 @@ def make_env(env: Any, env_params: Any = None, *, episode_length: int | None = N
         and in place of gymnax's, Craftax's and XLand-MiniGrid's; None = the suite's default.
         Jumanji and ale: refuse it (their limits are their own settings).
       env_kwargs: passed to the suite's constructor (e.g. ``backend`` for Brax).
+      team: a run config's ``team:`` section (``config.TeamConfig``), for the suites of
+        several agents (their ``make`` takes it: ``TEAMS``); None = its defaults.
     """
     kwargs = dict(env_kwargs or {})
     if not isinstance(env, str):
@@ -77,11 +79,14 @@ def make_env(env: Any, env_params: Any = None, *, episode_length: int | None = N
     module = importlib.import_module(SUITES[suite][0])
     if suite == "gymnax":
         return module.make(name, env_params, episode_length=episode_length, **kwargs)
+    if getattr(module, "TEAMS", False):
+        kwargs["team"] = team
     try:
         with _process_local_devices():
             spec = module.make(name, episode_length=episode_length, **kwargs)
     except TypeError as e:   # a constructor argument the library does not take
-        raise EnvError(f"{env}: bad env_kwargs {sorted(kwargs)}: {e}") from None
+        raise EnvError(f"{env}: bad env_kwargs {sorted(k for k in kwargs if k != 'team')}: "
+                       f"{e}") from None
     return spec
 
 
@@ -104,7 +109,14 @@ def _process_local_devices() -> Iterator[None]:
 
 
 def from_config(config: Any, env: Any = None, env_params: Any = None) -> EnvSpec:
-    """The run's environment: ``config.env`` (with its ``episode_length`` and ``env_kwargs``),
-    or ``env`` (a name or a gymnax-style object) given to the API in its place."""
-    return make_env(config.env if env is None else env, env_params,
-                    episode_length=config.episode_length, env_kwargs=config.env_kwargs)
+    """The run's environment: ``config.env`` (with its ``episode_length``, ``env_kwargs`` and
+    ``team:`` section), or ``env`` (a name or a gymnax-style object) given to the API in its
+    place."""
+    team = config.team
+    spec = make_env(config.env if env is None else env, env_params,
+                    episode_length=config.episode_length, env_kwargs=config.env_kwargs,
+                    team=team)
+    if spec.num_agents == 1 and team != type(team)():
+        raise EnvError(f"the team: section applies to environments of several agents "
+                       f"(jaxmarl:), and {spec.name} has one: remove it")
+    return spec

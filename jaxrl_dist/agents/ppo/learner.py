@@ -51,10 +51,11 @@ def make_agent(p: PPOConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         return action, carry, {"log_prob": dist.log_prob(action)}
 
     def policy_params(train):
-        # Plain dicts: what a checkpoint's policy item holds and a loader gets back as is.
+        # Plain dicts: what a checkpoint's policy item holds and a loader gets back as is;
+        # with a central critic, the moments of what the policy reads (its own features).
         moments = train.obs_moments
         return {"actor": train.params["actor"],
-                "obs_moments": {"mean": moments.mean, "var": moments.var}}
+                "obs_moments": {"mean": _own(spec, moments.mean), "var": _own(spec, moments.var)}}
 
     return Agent(
         **_deployment(p, spec, nets)._asdict(), init_params=nets.init,
@@ -78,10 +79,17 @@ def make_policy(p: PPOConfig, spec: EnvSpec) -> Deployment:
     return _deployment(p, spec, make_networks(p.network, spec))
 
 
+def _own(spec: EnvSpec, x: jax.Array) -> jax.Array:
+    """The features of observations (or of their moments) that the policy reads: all, or
+    with a central critic the agent's own (``EnvSpec.policy_features``)."""
+    return x if spec.policy_features is None else x[..., :spec.policy_features]
+
+
 def _deployment(p: PPOConfig, spec: EnvSpec, nets: Networks) -> Deployment:
     recurrent = nets.recurrent
 
     def policy(params, carry, obs, mask=None):
+        obs = _own(spec, obs)   # an agent's own (a central critic's rows hold more)
         moments = Moments(params["obs_moments"]["mean"], params["obs_moments"]["var"],
                           jnp.float32(1.0))
         if recurrent is None:

@@ -27,7 +27,7 @@ from jaxrl_dist.agents import conv
 from jaxrl_dist.agents.ppo.config import NetworkConfig
 from jaxrl_dist.agents.torso import conv_torso, input_scale
 from jaxrl_dist.distributions import Categorical, DiagGaussian
-from jaxrl_dist.envs import EnvSpec
+from jaxrl_dist.envs import EnvError, EnvSpec
 
 
 def tanh_bounds(config: NetworkConfig, spec: EnvSpec):
@@ -86,6 +86,29 @@ class MLP(nn.Module):
         return nn.Dense(self.out_dim, kernel_init=kernel(self.out_scale))(x)
 
 
+def _read(obs: jax.Array, inputs: tuple[int, int] | None) -> jax.Array:
+    """The features ``inputs`` (start, stop) of flat observations (all with None)."""
+    return obs if inputs is None else obs[..., inputs[0]:inputs[1]]
+
+
+def inputs_of(config: NetworkConfig, spec: EnvSpec
+              ) -> tuple[tuple[int, int] | None, tuple[int, int] | None]:
+    """What the actor and the critic read of an observation: all of it, or with a central
+    critic (``EnvSpec.policy_features``, MAPPO) the agent's own features and the global
+    state after them."""
+    k = spec.policy_features
+    if k is None:
+        return None, None
+    if len(spec.obs_shape) != 1 or config.torso == "cnn":
+        raise EnvError(f"{spec.name}: team.critic=central reads flat observations with an MLP "
+                       f"torso; set team.critic: local, or ppo.network.torso: mlp")
+    if config.cell != "none" and config.shared:
+        raise EnvError("team.critic=central needs the critic's own cell (it reads the global "
+                       "state, the actor the agent's observation): set ppo.network.shared: "
+                       "false")
+    return (0, k), (k, spec.obs_shape[0])
+
+
 class Actor(nn.Module):
     config: NetworkConfig
     action_dim: int
@@ -93,9 +116,11 @@ class Actor(nn.Module):
     conv: Sequence[dict] = ()
     scale: float = 1.0
     bounds: tuple[tuple[float, ...], tuple[float, ...]] | None = None   # (low, high) for tanh
+    inputs: tuple[int, int] | None = None   # the observation's features it reads (a slice)
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> Categorical | DiagGaussian:
+        obs = _read(obs, self.inputs)
         out = MLP(self.config.actor_hidden, self.action_dim, self.config.activation, 0.01,
                   self.conv, self.config.init, self.scale)(obs)
         if not self.continuous:
@@ -109,9 +134,11 @@ class Critic(nn.Module):
     config: NetworkConfig
     conv: Sequence[dict] = ()
     scale: float = 1.0
+    inputs: tuple[int, int] | None = None   # the observation's features it reads (a slice)
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
+        obs = _read(obs, self.inputs)
         return MLP(self.config.critic_hidden, 1, self.config.activation, 1.0, self.conv,
                    self.config.init, self.scale)(obs)[:, 0]
 
@@ -136,8 +163,9 @@ def make_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
     conv = conv_torso(config, spec.obs_shape)
     bounds = tanh_bounds(config, spec)
     scale = input_scale(spec.obs_dtype)
-    actor = Actor(config, spec.action_dim, spec.continuous, conv, scale, bounds)
-    critic = Critic(config, conv, scale)
+    reads_actor, reads_critic = inputs_of(config, spec)
+    actor = Actor(config, spec.action_dim, spec.continuous, conv, scale, bounds, reads_actor)
+    critic = Critic(config, conv, scale, reads_critic)
     dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
 
     def init(key: jax.Array) -> Any:
@@ -181,6 +209,7 @@ class RecurrentMLP(nn.Module):
     weights: str = "orthogonal"    # ``network.init`` (a module's ``init`` is flax's method)
     scale: float = 1.0
     log_std_dim: int = 0
+    inputs: tuple[int, int] | None = None   # the observation's features it reads (a slice)
 
     def setup(self):
         self.convs = [nn.Conv(**layer, kernel_init=_kernel(self.weights, np.sqrt(2)),
@@ -197,6 +226,7 @@ class RecurrentMLP(nn.Module):
     def encode(self, x: jax.Array) -> jax.Array:
         """[B, *obs] -> [B, F]: the torso and hidden layers (no state)."""
         act = getattr(nn, self.activation)
+        x = _read(x, self.inputs)
         x = x.astype(jnp.float32)
         if self.scale != 1.0:
             x = x * self.scale
@@ -322,11 +352,14 @@ def make_recurrent_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
     cell = dict(cell=config.cell, cell_size=config.cell_size, conv=conv, weights=config.init,
                 scale=scale)
     shared = config.shared
+    reads_actor, reads_critic = inputs_of(config, spec)
     modules = {
         "actor": RecurrentMLP(config.actor_hidden, spec.action_dim, config.activation, 0.01,
-                              log_std_dim=spec.action_dim if spec.continuous else 0, **cell),
+                              log_std_dim=spec.action_dim if spec.continuous else 0,
+                              inputs=reads_actor, **cell),
         "critic": (ValueHead(config.init) if shared else
-                   RecurrentMLP(config.critic_hidden, 1, config.activation, 1.0, **cell))}
+                   RecurrentMLP(config.critic_hidden, 1, config.activation, 1.0,
+                                inputs=reads_critic, **cell))}
     dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
 
     def cell_of(name: str) -> str:
