@@ -192,7 +192,9 @@ def make(name: str, episode_length: int | None = None, team: Any = None,
     own = int(np.prod(obs_shapes[agents[0]])) + len(agents) * agent_ids
     limit = int(env.max_steps) + 1   # MPE ends at the step after max_steps
     common = dict(max_episode_steps=limit, num_agents=len(agents),
-                  policy_features=own if central else None)
+                  policy_features=own if central else None,
+                  # SMAX's cond mixes device-varying and constant values (EnvSpec)
+                  shard_map_safe=name not in SMAX_NAMES)
     if action[0] == "discrete":
         return EnvSpec(adapter, full, per_agent_obs, action[1], False, masked=masked, **common)
     return EnvSpec(adapter, full, per_agent_obs, action[1], True,
