@@ -71,6 +71,7 @@ def make_eval_program(agent: Agent, spec: EnvSpec, layout: Layout, episodes: int
     axis = layout.data_axis
     local_envs = episodes // layout.data_size
     max_steps = spec.max_episode_steps
+    won = getattr(spec.adapter, "won", None)   # an outcome of its own (SMAX: battle won)
 
     def local_eval(train, seed_key, pools):
         env_ids = rollout.local_env_ids(local_envs, axis)
@@ -80,11 +81,11 @@ def make_eval_program(agent: Agent, spec: EnvSpec, layout: Layout, episodes: int
         policy_params, acting = agent.policy_params(train), agent.acting(train)
 
         def cond(carry):
-            t, _, _, _, done = carry
+            t, _, _, _, done, _ = carry
             return jnp.logical_and(t < max_steps, jnp.logical_not(jnp.all(done)))
 
         def body(carry):
-            t, actors, ret, length, done = carry
+            t, actors, ret, length, done, wins = carry
             slots = actors.env
             key_t = jax.random.fold_in(key_steps, t)
             keys = rollout.env_keys(key_t, env_ids)
@@ -107,18 +108,27 @@ def make_eval_program(agent: Agent, spec: EnvSpec, layout: Layout, episodes: int
             else:
                 ret = jnp.where(done, ret, ret + team.team_reward(spec, out.reward))
                 length = jnp.where(done, length, length + 1)
-                done = done | out.terminated | out.truncated
-            return t + 1, actors._replace(env=slots, carry=carry_next), ret, length, done
+                ended = ~done & (out.terminated | out.truncated)
+                if won is not None:   # the state each episode ended in (no auto-reset here)
+                    wins = jnp.where(ended, jax.vmap(won)(slots.env_state).astype(jnp.float32),
+                                     wins)
+                done = done | ended
+            return t + 1, actors._replace(env=slots, carry=carry_next), ret, length, done, wins
 
         zeros = jnp.zeros(local_envs)
         carry = (jnp.int32(0), *_device_varying(
-            (actors, zeros, zeros, jnp.zeros(local_envs, bool)), layout.axes))
-        _, _, ret, length, _ = jax.lax.while_loop(cond, body, carry)
+            (actors, zeros, zeros, jnp.zeros(local_envs, bool), () if won is None else zeros),
+            layout.axes))
+        _, _, ret, length, _, wins = jax.lax.while_loop(cond, body, carry)
         sums = jax.lax.psum(jnp.stack([jnp.sum(ret), jnp.sum(jnp.square(ret)), jnp.sum(length),
-                                       jnp.float32(local_envs)]), axis)
+                                       jnp.float32(local_envs),
+                                       *(() if won is None else (jnp.sum(wins),))]), axis)
         mean, var = running_stats.moments_from_sums(sums[0], sums[1], sums[3])
-        return {"return_mean": mean, "return_std": jnp.sqrt(var),
-                "length_mean": sums[2] / sums[3]}
+        result = {"return_mean": mean, "return_std": jnp.sqrt(var),
+                  "length_mean": sums[2] / sums[3]}
+        if won is not None:
+            result["win_rate"] = sums[4] / sums[3]
+        return result
 
     body = (jax.vmap(local_eval, (0, 0, None), axis_name=layout.member_vmap_axis)
             if layout.members else local_eval)

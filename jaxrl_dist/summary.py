@@ -39,6 +39,8 @@ def build(run: Run, stats: list[tuple[float, str]], pbt_state: Any = None,
                 "best_return": run.best_return.get(m),
                 "eval_return": last["eval/return_mean"][m] if last else None,
                 "eval_return_std": last["eval/return_std"][m] if last else None,
+                **({"eval_win_rate": last["eval/win_rate"][m]}   # environments with an
+                   if last and "eval/win_rate" in last else {}),  # outcome (SMAX)
                 # updates dropped as non-finite this session (a diverged run stopped on them)
                 "nonfinite_skipped": int(run.watch.total[m]) if run.watch is not None else 0,
                 # steps dropped (environments reset) this session: env_nonfinite=reset

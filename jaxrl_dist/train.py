@@ -146,7 +146,9 @@ def final_line(summary: dict) -> str:
             line += f" -> {agg['solved']}/{agg['n']} >= {solved:g}: {verdict}"
         return line
     mean, std = summary["eval_return"], summary["eval_return_std"]
-    line = (f"{summary['env']}: {which} return {_num(mean)} ± {_num(std, mean)} over "
+    won = summary.get("eval_win_rate")   # environments with an outcome of their own (SMAX)
+    line = (f"{summary['env']}: {which} return {_num(mean)} ± {_num(std, mean)}"
+            f"{'' if won is None else f', win rate {won:.0%}'} over "
             f"{summary['eval_episodes']} episodes after {at}")
     solved = summary["solved_return"]
     if solved is not None:

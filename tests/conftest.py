@@ -172,6 +172,11 @@ SLOW = {
     "tests/test_update.py::test_same_parameters_on_1_2_4_devices",
     "tests/test_update.py::test_sharded_update_equals_full_batch_update[sgd-1]",
 }
+SLOW |= {   # teams, recurrent (2026-11-29, 15-16 s each in the README's tier): the extended
+    # tier's; the README's keeps the feed-forward IPPO/MAPPO and SMAX cases (10-19 s)
+    f"tests/test_teams.py::test_ippo_and_mappo_same_parameters_on_1_and_2_devices[{case}]"
+    for case in ("gru-local-jaxmarl:MPE_simple_spread_v3",
+                 "gru-central-jaxmarl:MPE_simple_spread_v3")}
 SLOW_FILES = ("tests/test_configs.py",)
 
 # The README's test command (CI's) runs the tests not marked slow, the smoke tier and CORE: the

@@ -76,6 +76,9 @@ def test_smax_defeat_is_a_termination_and_masks_are_stacked():
         if bool(out.terminated) or bool(out.truncated):
             break
     assert bool(out.terminated) and not bool(out.truncated) and t < 100, t
+    assert not bool(adapter.won(state))   # lost: the evaluation's win rate counts it 0
+    assert bool(adapter.won(jax.tree.map(lambda x: x, state).replace(state=state.state.replace(
+        unit_alive=state.state.unit_alive.at[3:].set(False)))))
 
 
 def test_rollout_rows_match_the_library_and_count_each_episode_once():
@@ -149,6 +152,8 @@ def test_ippo_and_mappo_same_parameters_on_1_and_2_devices(cell, critic, env):
         evaluation = sharding.to_host(programs.evaluate(state.train, jax.random.PRNGKey(0)))
         assert np.isfinite(evaluation["return_mean"])
         assert evaluation["length_mean"] == 26 or env != SPREAD
+        assert ("win_rate" in evaluation) == (env != SPREAD)   # SMAX's battles won
+        assert 0 <= evaluation.get("win_rate", 0) <= 1
     for a, b in zip(jax.tree.leaves(results[0][0]), jax.tree.leaves(results[1][0])):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
     assert float(np.sum(results[0][1]["episodes"])) == 0   # 16 steps: no episode ended yet

@@ -112,6 +112,16 @@ class JaxMARLAdapter:
         return jnp.stack([jnp.asarray(avail[a], bool) for a in self.agents])
 
 
+@dataclass(frozen=True, eq=False)
+class SMAXAdapter(JaxMARLAdapter):
+    """SMAX's: an episode is WON when every enemy unit is dead (the evaluation's win rate,
+    ``evaluate``; JaxMARL's SMAX log counts the won-battle bonus the same way)."""
+
+    def won(self, state: Any) -> jax.Array:
+        alive = state.state.unit_alive   # HeuristicEnemySMAX's inner SMAX state
+        return ~jnp.any(alive[self.env.num_allies:])
+
+
 def _construct(name: str, kwargs: dict[str, Any]) -> Any:
     """The environment, with a map or layout named by a string as the baselines name them."""
     import jaxmarl
@@ -187,7 +197,8 @@ def make(name: str, episode_length: int | None = None, team: Any = None,
         raise EnvError(f"{full}: its action space ({action[1]} {action[2]}) is not one discrete "
                        f"choice or a flat continuous vector; the networks handle those")
     masked = action[0] == "discrete" and _has_masks(env)
-    adapter = JaxMARLAdapter(env, agents, masked, agent_ids, central)
+    adapter = (SMAXAdapter if name in SMAX_NAMES else JaxMARLAdapter)(
+        env, agents, masked, agent_ids, central)
     per_agent_obs = obs_shape(adapter)[1:]
     own = int(np.prod(obs_shapes[agents[0]])) + len(agents) * agent_ids
     limit = int(env.max_steps) + 1   # MPE ends at the step after max_steps
