@@ -121,8 +121,8 @@ class Config:
     algo: str = _doc("the learning algorithm; its settings are the config section of the same "
                      "name (ppo:)", default="ppo")
     env: str = _doc("environment: a gymnax id (CartPole-v1) or suite:name with suite one of "
-                    "brax, playground, jumanji, xminigrid, craftax, ale (optional extras, "
-                    "stepped inside the program) or gymnasium (any registered Gymnasium id, "
+                    "brax, playground, jumanji, xminigrid, craftax, ale, jaxmarl (teams of agents) "
+                    "(optional extras, stepped inside the program) or gymnasium (any registered Gymnasium id, "
                     "a plugin's too, stepped on each process's CPUs)",
                     default="CartPole-v1")
     env_kwargs: dict[str, bool | int | float | str] = _doc(

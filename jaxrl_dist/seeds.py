@@ -56,6 +56,7 @@ def train_seeds(config: Config, seeds: Sequence[int], *, env: Any = None,
     return {"params": [jax.tree.map(lambda x, i=i: x[i], params) for i in range(len(seeds))],
             "curve_steps": np.asarray(steps), "curve_return": np.stack(returns, 1),
             "eval_return": np.asarray(final["return_mean"]), "seeds": list(seeds),
+            **({"eval_win_rate": np.asarray(final["win_rate"])} if "win_rate" in final else {}),
             **{f"curve_{name}": np.stack(v, 1) for name, v in curves.items()}}
 
 
@@ -81,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps({
         "trainer": "jaxrl_dist", "env": config.env, "seeds": seeds,
         "final_eval": result["eval_return"].tolist(),
+        **({"final_win_rate": result["eval_win_rate"].tolist()}
+           if "eval_win_rate" in result else {}),
         "curve_steps": result["curve_steps"].tolist(),
         "curve_return": np.nan_to_num(result["curve_return"], nan=-1e9).tolist(),
         "eval_method": f"{'greedy' if config.eval_deterministic else 'sampled'} policy, "
