@@ -75,9 +75,9 @@ def make_eval_program(agent: Agent, spec: EnvSpec, layout: Layout, episodes: int
 
     def local_eval(train, seed_key, pools):
         env_ids = rollout.local_env_ids(local_envs, axis)
-        rows = team.row_ids(spec, env_ids)   # each agent's, with several per environment
         key_reset, key_steps = keys.of_eval(seed_key, train.update)
         actors = rollout.reset_actors(spec, agent, rollout.env_keys(key_reset, env_ids), pools)
+        rows = team.row_ids(spec, env_ids)   # each agent's, with several per environment
         policy_params, acting = agent.policy_params(train), agent.acting(train)
 
         def cond(carry):

@@ -211,13 +211,13 @@ def make_learner(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | M
     ``layout``. The algorithm's own code receives its section and the derived sizes, never the
     whole run config."""
     layout = as_layout(layout)
+    replicated = replicates(config, spec, layout)   # the same algorithm, for the whole batch
+    acting_whole = replicated and acts_whole(config, spec)   # the one-device program on each
     algorithm = agents.get(config.algo)
     if spec.num_agents > 1 and not algorithm.teams:
         raise ConfigError(f"algo {config.algo} trains one agent per environment, and "
                           f"{spec.name} has {spec.num_agents}: use algo: ppo (IPPO: one policy "
                           f"shared by the agents), or a single-agent environment")
-    replicated = replicates(config, spec, layout)   # the same algorithm, for the whole batch
-    acting_whole = replicated and acts_whole(config, spec)   # the one-device program on each
     factory = algorithm.agent_factory()
 
     def make(sizes: Sizes, layout: Layout) -> Agent:   # an agent sees rows: envs x agents
