@@ -12,7 +12,7 @@ program the on-device rollout feeds, its gradient the mean over every device of 
 
 Reproducible by construction, as the on-device rollout is: environment ``e`` is seeded once from
 (seed, global index ``e``), its action noise comes from (update key, ``e``) in the same draws
-``rollout.collect`` makes, the batch is in global environment order and every step acts with
+``rollout.collect`` makes (a team's agents: from their global row index, ``envs.team``), the batch is in global environment order and every step acts with
 the parameters of the update before (no policy lag). A deterministic environment therefore
 gives the same parameters on 1 or 2 devices and on 1 or 2 processes. Environment state lives
 outside JAX: a resumed run re-seeds every environment from (seed, update) and starts fresh
@@ -148,6 +148,7 @@ class HostActors:
                  eval_episodes: int, deterministic: bool, seed_key: Any, updates_done: int,
                  actor_device: Any = None):
         self.learner, self.spec, self.agent = learner, spec, learner.agent
+        self.A = spec.num_agents   # a team's agents are rows of the batch (envs.team)
         layout = learner.layout
         sharding = layout.sharding(layout.envs)
         self.num_envs = sizes.local_envs * layout.data_size
@@ -193,8 +194,10 @@ class HostActors:
         n = self.stop - self.start
         self.episode_return = np.zeros(n, np.float64)   # of the episodes running now
         self.episode_length = np.zeros(n, np.int64)
-        self.env_ids = self._put(np.arange(self.start, self.stop, dtype=np.int32))
-        self.carry = self._initial_carry(self.env_ids)
+        # acting's rows: the environments', or each agent's (envs.team.row_ids)
+        self.row_ids = self._put(np.arange(self.start * self.A, self.stop * self.A,
+                                           dtype=np.int32))
+        self.carry = self._initial_carry(self.row_ids)
 
     # ------------------------------------------------------------------ local programs
 
@@ -220,7 +223,7 @@ class HostActors:
         # with its buffers (16 parameter arrays in and 3 out: ~45 us a step; packed: ~20 us),
         # and a step's cost is mostly such fixed overheads. How to pack is known from shapes
         # before anything is traced.
-        n = self.stop - self.start
+        n = (self.stop - self.start) * self.A   # rows
         local_like = self.train_like
         acting_like = jax.eval_shape(agent.acting, local_like)
         ravel_acting, unravel_acting = raveling(acting_like)
@@ -252,8 +255,8 @@ class HostActors:
         def reset_carry(carry, initial, done):
             return jax.tree.map(lambda c0, c: jax.vmap(jnp.where)(done, c0, c), initial, carry)
 
-        def eval_act(policy_params, acting, carry, obs, key, t, env_ids):
-            keys = rollout.env_keys(jax.random.fold_in(key, t), env_ids)
+        def eval_act(policy_params, acting, carry, obs, key, t, row_ids):
+            keys = rollout.env_keys(jax.random.fold_in(key, t), row_ids)
             action, carry = eval_action(agent, self.deterministic, policy_params, acting,
                                         carry, obs, None, keys)
             return to_env_action(spec, action), carry   # a host env gets its bounds' actions
@@ -294,27 +297,30 @@ class HostActors:
     def _collect(self, read: list[jax.Array]) -> jax.Array:
         """:meth:`collect` from this process's copy of what acting reads (on the acting
         device)."""
-        acting, noise = self._prepare(read, self.env_ids)
+        acting, noise = self._prepare(read, self.row_ids)
         first_carry = self.carry   # what a recurrent learner replays the rollout from
         has_carry = bool(jax.tree.leaves(self.carry))
-        initial = self._initial_carry(self.env_ids) if has_carry else None
+        initial = self._initial_carry(self.row_ids) if has_carry else None
         keep_final = self.agent.keep_final_obs
-        T, n = self.T, self.stop - self.start
+        T, n, A = self.T, self.stop - self.start, self.A
+        # per environment [T, n, (A,) ...]: a team's agents become rows after the loop
         obs = np.empty((T, *self.obs.shape), self.obs.dtype)
-        reward, terminated, truncated = (np.empty((T, n), np.float32), np.empty((T, n), bool),
-                                         np.empty((T, n), bool))
+        reward = np.empty((T, n) if A == 1 else (T, n, A), np.float32)
+        terminated, truncated = np.empty((T, n), bool), np.empty((T, n), bool)
         final_obs = np.empty_like(obs) if keep_final else None
         valid = np.ones((T, n), bool) if self.drop else None
         outputs: dict[str, np.ndarray] = {}   # act's packed outputs [T, n, K] per dtype
         for t in range(T):   # only what must happen per step: act, step, store
-            packed, self.carry = self._act(acting, self.carry, self.obs, noise, self._steps[t])
+            packed, self.carry = self._act(acting, self.carry, self._rows(self.obs), noise,
+                                           self._steps[t])
             for dtype, x in jax.device_get(packed).items():
                 if dtype not in outputs:
                     outputs[dtype] = np.empty((T, *x.shape), x.dtype)
                 outputs[dtype][t] = x
             # the environment's action: the packed tuple's last leaf (one array), as a view
             env_action = self._unpack.leaf(outputs, -1)[t]
-            out = self.envs.step(env_action)
+            out = self.envs.step(env_action if A == 1 else
+                                 env_action.reshape(n, A, *env_action.shape[1:]))
             if self.drop:
                 out, valid[t] = self._drop_nonfinite(out, keep_final, t)
             else:
@@ -326,26 +332,50 @@ class HostActors:
             if has_carry:   # a new episode starts from a fresh carry
                 done = out.terminated | out.truncated
                 if done.any():
-                    self.carry = self._reset_carry(self.carry, initial, self._put(done))
+                    self.carry = self._reset_carry(self.carry, initial,
+                                                   self._put(np.repeat(done, A)))
             self.obs = out.obs
         self.collected += 1
         finished_return, finished_length, self.episode_return, self.episode_length = \
-            episode_sums(reward, terminated | truncated, self.episode_return,
-                         self.episode_length)
+            episode_sums(reward if A == 1 else reward.sum(-1), terminated | truncated,
+                         self.episode_return, self.episode_length)
         if self.drop:   # a dropped step ended no episode
             finished_return, finished_length = (np.where(valid, finished_return, 0),
                                                 np.where(valid, finished_length, 0))
         action, extras, _ = self._unpack(outputs)
-        steps = Transition(
-            obs=obs, action=action, reward=reward, terminated=terminated, truncated=truncated,
-            finished_return=finished_return, finished_length=finished_length, extras=extras,
-            final_obs=final_obs, valid=valid)
+        steps = Transition(   # a team's: each agent a row, envs.team.step_rows's numpy twin
+            obs=self._rows(obs, 1), action=action, reward=self._rows(reward, 1),
+            terminated=self._repeat(terminated), truncated=self._repeat(truncated),
+            finished_return=self._first_row(finished_return),
+            finished_length=self._first_row(finished_length), extras=extras,
+            final_obs=None if final_obs is None else self._rows(final_obs, 1),
+            valid=None if valid is None else self._repeat(valid))
         # one array, one placement per update (a placement per leaf was ~40 % of a 1-env
         # SAC step's host time)
-        packed = programs.pack_envs_host(Trajectory(steps, self.obs,
+        packed = programs.pack_envs_host(Trajectory(steps, self._rows(self.obs),
                                                     jax.device_get(first_carry)))
         return jax.make_array_from_process_local_data(
-            self.obs_sharding, packed, (self.num_envs, packed.shape[1]))
+            self.obs_sharding, packed, (self.num_envs * A, packed.shape[1]))
+
+    def _rows(self, x: np.ndarray, axis: int = 0) -> np.ndarray:
+        """A team's ``[..., n, A, ...]`` (environments, agents at ``axis``) -> ``[..., n x A,
+        ...]`` (envs.team.rows); one agent: ``x``."""
+        if self.A == 1:
+            return x
+        return x.reshape(*x.shape[:axis], -1, *x.shape[axis + 2:])
+
+    def _repeat(self, x: np.ndarray) -> np.ndarray:
+        """``[T, n]`` -> ``[T, n x A]``: an environment's value on each of its agents' rows."""
+        return x if self.A == 1 else np.repeat(x, self.A, axis=1)
+
+    def _first_row(self, x: np.ndarray) -> np.ndarray:
+        """``[T, n]`` -> ``[T, n x A]``: on each environment's first row, zero on the others
+        (a finished episode is counted once)."""
+        if self.A == 1:
+            return x
+        rows = np.zeros((*x.shape, self.A), x.dtype)
+        rows[..., 0] = x
+        return rows.reshape(x.shape[0], -1)
 
     def _nonfinite(self, out: Any, keep_final: bool) -> dict[str, np.ndarray] | None:
         """Per part of a step (reward, observation, final observation where it is used), the
@@ -379,8 +409,9 @@ class HostActors:
                             self.stop)
         fresh = self.envs.reset_some(seeds, bad)
         rows = bad.reshape(-1, *([1] * (out.obs.ndim - 1)))
+        per_agent = bad.reshape(-1, *([1] * (out.reward.ndim - 1)))   # a team's [n, A]
         return out._replace(
-            obs=np.where(rows, fresh, out.obs), reward=np.where(bad, 0, out.reward),
+            obs=np.where(rows, fresh, out.obs), reward=np.where(per_agent, 0, out.reward),
             terminated=out.terminated | bad, truncated=truncated | bad,
             final_obs=np.where(rows, self.obs, out.final_obs)), ~bad
 
@@ -424,7 +455,7 @@ class HostActors:
     def abstract_packed(self) -> jax.ShapeDtypeStruct:
         """:meth:`collect`'s result as a ShapeDtypeStruct (to compile ``unpack`` ahead)."""
         width = programs.packed_width(self.local_like)   # bytes per environment
-        return jax.ShapeDtypeStruct((self.num_envs, width), np.uint8,
+        return jax.ShapeDtypeStruct((self.num_envs * self.A, width), np.uint8,
                                     sharding=self.obs_sharding)
 
     def abstract_trajectory(self) -> Trajectory:
@@ -438,8 +469,8 @@ class HostActors:
             x.shape, x.dtype, sharding=s), t) for t, s in zip(like, placed)))
 
     def trajectory_like(self, num_envs: int) -> Trajectory:
-        """The shapes of a trajectory of ``num_envs`` environments."""
-        spec, E, T = self.spec, num_envs, self.T
+        """The shapes of a trajectory of ``num_envs`` environments (a team's: its rows)."""
+        spec, E, T = self.spec, num_envs * self.A, self.T
         obs = jax.ShapeDtypeStruct((E, *spec.obs_shape), np.dtype(spec.obs_dtype))
         local = self.train_like
         noise = jax.eval_shape(self._noise, local.key,
@@ -472,17 +503,20 @@ class HostActors:
         update = int(np.asarray(local.update))
         key_reset, key_steps = keys.of_eval(np.asarray(seed_key), update)
         obs = self.eval_envs.reset(self._seeds(key_reset, self.eval_start, self.eval_stop))
-        n = self.eval_stop - self.eval_start
-        ids = self._put(np.arange(self.eval_start, self.eval_stop, dtype=np.int32))
+        n, A = self.eval_stop - self.eval_start, self.A
+        ids = self._put(np.arange(self.eval_start * A, self.eval_stop * A, dtype=np.int32))
         carry = self._initial_carry(ids)
         ret, length, done = np.zeros(n, np.float64), np.zeros(n, np.int64), np.zeros(n, bool)
         for t in range(self.spec.max_episode_steps):
             if done.all():
                 break
-            action, carry = self._eval_act(policy_params, acting, carry, self._put(obs),
-                                           key_steps, np.int32(t), ids)
-            out = self.eval_envs.step(np.asarray(action))
-            ret += np.where(done, 0.0, out.reward)
+            action, carry = self._eval_act(policy_params, acting, carry,
+                                           self._put(self._rows(obs)), key_steps, np.int32(t),
+                                           ids)
+            action = np.asarray(action)
+            out = self.eval_envs.step(action if A == 1 else
+                                      action.reshape(n, A, *action.shape[1:]))
+            ret += np.where(done, 0.0, out.reward if A == 1 else out.reward.sum(-1))
             length += ~done
             done |= out.terminated | out.truncated
             obs = out.obs

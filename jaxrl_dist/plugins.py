@@ -1,6 +1,7 @@
 """``JAXRL_DIST_PLUGINS``: the user's modules, imported once before algorithms or environments
 are looked up, so a plugin can register an algorithm (``agents.register``) or an environment
-(``gymnasium.register``). A config never names code to import; this variable does."""
+(``gymnasium.register``, ``jaxrl_dist.envs.pettingzoo.register``). A config never names code
+to import; this variable does."""
 
 from __future__ import annotations
 

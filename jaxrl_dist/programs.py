@@ -56,6 +56,21 @@ def env_checks(drop_nonfinite: bool) -> dict[str, str]:
     return ENV_RESETS if drop_nonfinite else ENV_CHECKS
 
 
+# Episodes won, for environments with an outcome (an adapter's ``won``: SMAX); the rows report
+# ``win_rate`` = episodes_won / episodes (reporting.member_rows).
+OUTCOMES = {"episodes_won": "sum"}
+
+
+def has_outcome(spec: EnvSpec) -> bool:
+    return getattr(spec.adapter, "won", None) is not None
+
+
+def outcomes(trajectory: Trajectory, axis: Any) -> dict[str, jax.Array]:
+    """:data:`OUTCOMES` of one rollout, summed over ``axis``; {} without an outcome."""
+    won = trajectory.steps.finished_won
+    return {} if won is None else {"episodes_won": jax.lax.psum(jnp.sum(won), axis)}
+
+
 def env_nonfinite(trajectory: Trajectory, env_ids: jax.Array | None, axis: Any,
                   drop_nonfinite: bool = False, agents: int = 1) -> dict[str, jax.Array]:
     """:data:`ENV_NONFINITE` and :data:`ENV_NONFINITE_AT` of one rollout ``[T, E_local]``
@@ -452,7 +467,8 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
         input_specs.eval)
 
     return Learner(init, update, learn, collect, evaluate, abstract_state, layout, init_program,
-                   agent, specs, {**agent.metrics, SKIPPED: "sum", **env_checks(drop)},
+                   agent, specs, {**agent.metrics, SKIPPED: "sum", **env_checks(drop),
+                                  **(OUTCOMES if has_outcome(spec) else {})},
                    env_inputs,
                    restored, learn_next,
                    replicated=whole is not None, exploit=exploit, pbt=pbt,
@@ -504,7 +520,8 @@ def _device_bodies(agent: Agent, learner: Agent, spec: EnvSpec, layout: Layout,
         k = keys.of_update(train.key)   # the host actors acted with k.act
         train, data, metrics = learn_local(train._replace(key=k.next), data, trajectory, k.learn)
         if drop:   # the host actors dropped them (the error kind stops on the host)
-            metrics = {**metrics, **env_nonfinite(trajectory, None, axis, drop)}
+            metrics = {**metrics, **env_nonfinite(trajectory, None, axis, drop,
+                                                  spec.num_agents)}
         return train, data, metrics
 
     def one_update(state: RunState, _):
@@ -514,7 +531,7 @@ def _device_bodies(agent: Agent, learner: Agent, spec: EnvSpec, layout: Layout,
                                            trajectory, k.learn)
         env_ids = team.repeat(spec, rollout.local_env_ids(E, axis))   # one per row
         metrics = {**metrics, **env_nonfinite(trajectory, env_ids, axis, drop,
-                                              spec.num_agents)}
+                                              spec.num_agents), **outcomes(trajectory, axis)}
         window = pbt_lib.accumulate(state.pbt, pbt_lib.episode_sums(
             trajectory.steps.finished_return, trajectory.steps.finished_length, axis)
         ) if pbt else ()
@@ -601,7 +618,8 @@ def _learn_whole(whole: Agent, agent: Agent, spec: EnvSpec, layout: Layout, smap
             envs = trajectory.last_obs.shape[0] // spec.num_agents
             env_ids = team.repeat(spec, rollout.local_env_ids(envs, axis))   # one per row
             return learned, data, {**metrics, **env_nonfinite(trajectory, env_ids, axis,
-                                                               drop_nonfinite, spec.num_agents)}
+                                                               drop_nonfinite, spec.num_agents),
+                                   **outcomes(trajectory, axis)}
         train_spec, envs_spec = whole_layout.train, whole_layout.envs
         return jax.shard_map(
             body, mesh=whole_layout.mesh, in_specs=(train_spec, envs_spec, envs_spec, train_spec),

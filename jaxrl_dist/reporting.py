@@ -48,6 +48,9 @@ def member_rows(head: dict[str, Any], metrics: dict[str, np.ndarray], members: i
     for name in ("return", "length"):
         mean = columns.pop(f"episode_{name}_sum") / safe
         columns[f"episode_{name}"] = [float(v) if h else None for v, h in zip(mean, has)]
+    if "episodes_won" in columns:   # an environment with an outcome (SMAX): its win rate
+        rate = columns.pop("episodes_won") / safe
+        columns["win_rate"] = [float(v) if h else None for v, h in zip(rate, has)]
     columns = {k: v if isinstance(v, list) else v.tolist() for k, v in columns.items()}
     if result is not None:
         columns.update({f"eval/{k}": np.broadcast_to(np.atleast_1d(np.asarray(v, np.float64)),
@@ -371,4 +374,7 @@ def postfix(rows: list[dict[str, Any]]) -> dict[str, str]:
             out[short] = f"{values[0]:.1f}"
         elif values:
             out[short] = f"{np.mean(values):.1f} [{min(values):.0f}, {max(values):.0f}]"
+    won = [r["win_rate"] for r in rows if r.get("win_rate") is not None]   # SMAX's battles
+    if won:
+        out["win"] = f"{np.mean(won):.0%}"
     return out

@@ -140,7 +140,7 @@ def collect(spec: EnvSpec, agent: Agent, acting: Any, actors: ActorState, env_id
             truncated=out.truncated, finished_return=out.finished_return,
             finished_length=out.finished_length, extras=extras,
             final_obs=out.final_obs if agent.keep_final_obs else None, mask=mask,
-            valid=out.valid)
+            valid=out.valid, finished_won=out.finished_won)
         packed, unpack[0] = pack_by_dtype(transition)
         return ActorState(new_slots, carry), packed
 

@@ -73,16 +73,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.resume_from is not None and args.resume_from < 0:
         build_parser().error(f"--resume-from must be >= 0, got {args.resume_from}")
 
+    if args.cpu_devices is not None and "jax" in sys.modules:
+        return _bad_input("--cpu-devices must be applied before jax is imported; "
+                          "run the CLI in a fresh process")
+    set_xla_env(args.cpu_devices)   # before the config's plugins, which may import jax
+
     from jaxrl_dist import config as config_lib
     try:
         config = config_lib.load(args.config, args.overrides)
     except ConfigError as e:
         return _bad_input(e)
-
-    if args.cpu_devices is not None and "jax" in sys.modules:
-        return _bad_input("--cpu-devices must be applied before jax is imported; "
-                          "run the CLI in a fresh process")
-    set_xla_env(args.cpu_devices)
 
     from jaxrl_dist.protocol import WorkerEnv
     try:

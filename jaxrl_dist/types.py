@@ -56,6 +56,8 @@ class Transition(NamedTuple):
     mask: jax.Array | None = None        # legal actions when acting (masked environments)
     valid: jax.Array | None = None       # False: not experience, a pool's reset step (see
                                          # envs.pool); learners drop it. None: all valid
+    finished_won: jax.Array | None = None   # 1: the episode that ended here was won (an
+                                            # environment with an outcome, SMAX); None: none
 
 
 class Trajectory(NamedTuple):

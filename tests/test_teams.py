@@ -120,6 +120,53 @@ def test_rollout_rows_match_the_library_and_count_each_episode_once():
     assert len({tuple(np.asarray(steps.action[:, r])) for r in range(6)}) == 6
 
 
+def test_an_outcome_is_counted_once_per_environment_in_the_training_rows():
+    """An environment with an outcome (an adapter's ``won``, as SMAX's battles): each episode
+    that ends won is counted once, on its environment's first row, in the rollout and in the
+    learner's metrics, and a row reports ``win_rate`` = episodes won / episodes."""
+    import dataclasses
+
+    from jaxrl_dist import programs, reporting
+    from helpers import train_in_process
+
+    inner = envs.make_env(SPREAD).adapter
+
+    class Outcome:   # MPE where an episode is won when agent 0 ends right of the centre
+        def reset(self, key):
+            return inner.reset(key)
+
+        def step(self, key, state, action):
+            return inner.step(key, state, action)
+
+        def won(self, state):
+            return state.p_pos[0, 0] > 0
+
+    spec = dataclasses.replace(envs.make_env(SPREAD), adapter=Outcome())
+    agent = acting_agent(spec, lambda obs, mask: Categorical(jnp.zeros((*obs.shape[:-1], 5))))
+    E = 8
+    env_ids = jnp.arange(E)
+    actors = rollout.reset_actors(spec, agent, rollout.env_keys(jax.random.PRNGKey(1), env_ids))
+    _, steps = jax.jit(lambda a: rollout.collect(spec, agent, None, a, env_ids,
+                                                 jax.random.PRNGKey(2), 26))(actors)
+    won = np.asarray(steps.finished_won[25]).reshape(E, 3)
+    np.testing.assert_array_equal(won[:, 1:], 0)   # counted on the first row only
+    assert not np.asarray(steps.finished_won[:25]).any()
+    # read on the state each episode ended in: agent 0's final observation holds its position
+    final_x = np.asarray(steps.final_obs[25]).reshape(E, 3, 18)[:, 0, 2]
+    np.testing.assert_array_equal(won[:, 0], final_x > 0)
+    assert 0 < won.sum() < E   # a mixed outcome
+    config = _ippo(total_timesteps=4 * 26 * 2, ppo={"num_steps": 26, "update_epochs": 1,
+                                                    "num_minibatches": 2})
+    _, rows = train_in_process(config, 2, spec=spec)
+    assert all(0 <= float(np.sum(r["episodes_won"])) <= float(np.sum(r["episodes"]))
+               for r in rows)
+    [row] = reporting.member_rows({}, {k: np.atleast_1d(np.sum(v)) for k, v in rows[0].items()},
+                                  None, None, {**{k: "sum" for k in rows[0]}})
+    assert row["win_rate"] == float(np.sum(rows[0]["episodes_won"])) / float(
+        np.sum(rows[0]["episodes"]))
+    assert programs.OUTCOMES.keys() <= rows[0].keys()
+
+
 def _ippo(**extra):
     return config_lib.from_dict({"env": SPREAD, "num_envs": 4, "seed": 1, "eval_episodes": 4,
                                  "total_timesteps": 4 * 8 * 2, "updates_per_call": 2,
@@ -334,3 +381,48 @@ def test_a_team_member_nan_reward_drops_the_environment_step_once():
     at = int(np.asarray(rows[0][programs.ENV_NONFINITE_AT])[0])
     env, what = divmod(at, 4)[0] // 8, at % 4
     assert float(np.asarray(rows[0][programs.ENV_NONFINITE])[0]) == 1 and env == 0 and what == 1
+
+
+# 4 IPPO members swept over the learning rate, PBT rounds after updates 3, 6 and 9 of 12 (4
+# environments x 3 agents x 16 steps: every environment ends an episode between rounds).
+TEAM_PBT_ARGS = [*TEAM_ARGS[:-4], "--set", "total_timesteps=768", "--set", "ppo.num_steps=16",
+                 "--set", "updates_per_call=3", "--set", "checkpoint_every=3",
+                 "--set", "population.sweep.ppo.learning_rate=[1e-4,3e-4,1e-3,3e-3]",
+                 "--set", "pbt.enabled=true", "--set", "pbt.interval_updates=3",
+                 "--set", "pbt.min_episodes=1",
+                 "--set", "pbt.mutations.ppo.learning_rate.low=1e-5",
+                 "--set", "pbt.mutations.ppo.learning_rate.high=1e-2"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_team_pbt_ranks_team_returns_and_resumes_exactly(tmp_path):
+    """PBT over IPPO members on MPE: fitness is each member's mean TEAM return (an
+    environment's episode counted once, not once per agent), the same lineage on 1 and 2
+    devices, and a run killed with kill -9 between rounds resumes to the uninterrupted run's
+    rounds, copies and parameters."""
+    import json
+    from helpers import train_cli
+    config = "configs/mpe_spread_ippo.yaml"
+
+    def summary(run):
+        return json.loads((tmp_path / run / "summary.json").read_text())
+    for name, devices in (("ref", 2), ("one", 1)):
+        proc, _ = train_cli(tmp_path / name, devices=devices, args=TEAM_PBT_ARGS, config=config)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    ref = summary("ref")
+    assert ref["pbt"]["rounds"] == 3 and ref["pbt"]["copies"]
+    assert summary("one")["pbt"]["copies"] == ref["pbt"]["copies"]
+    rows = [json.loads(x) for x in (tmp_path / "ref" / "metrics.jsonl").read_text().splitlines()]
+    returns = [r["episode_return"] for r in rows if "episode_return" in r]
+    assert returns and all(-200 < np.min(r) and np.max(r) < 0 for r in returns)   # a team's
+    fitness = np.asarray(ref["pbt"]["fitness"])
+    assert np.all(np.isfinite(fitness)) and np.all((-200 < fitness) & (fitness < 0)), fitness
+    proc, _ = train_cli(tmp_path / "run", args=TEAM_PBT_ARGS, config=config,
+                        JAXRL_FAULT="kill@0:2")
+    assert proc.returncode == -9
+    proc, _ = train_cli(tmp_path / "run", "--resume", args=TEAM_PBT_ARGS, config=config)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert summary("run")["pbt"] == ref["pbt"]
+    assert [m["param_fingerprint"] for m in summary("run")["members"]] == \
+        [m["param_fingerprint"] for m in ref["members"]]

@@ -352,6 +352,8 @@ def _drop_nonfinite(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, new_slots: E
         final_obs=jnp.where(per_env(out.final_obs), obs_before, out.final_obs),
         finished_return=jnp.where(bad, zero, out.finished_return),
         finished_length=jnp.where(bad, 0, out.finished_length),
+        finished_won=None if out.finished_won is None else jnp.where(bad, zero,
+                                                                     out.finished_won),
         valid=~bad if out.valid is None else out.valid & ~bad)
 
 
@@ -397,7 +399,9 @@ def _step_lazy(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array
                                   lambda: (out.state, _float_obs(out.obs)))
     else:
         state, obs = out.state, _float_obs(out.obs)
-    return _tracked(spec, slots, state, obs, out.reward, terminated, truncated, out.obs)
+    won = getattr(adapter, "won", None)   # an outcome (SMAX): read on the state it ended in
+    return _tracked(spec, slots, state, obs, out.reward, terminated, truncated, out.obs,
+                    None if won is None else jax.vmap(won)(out.state))
 
 
 def _step_same_step(spec: EnvSpec, keys: jax.Array, slots: EnvSlot, action: jax.Array,
@@ -429,9 +433,11 @@ assert set(_STEPS) == set(AUTORESETS)
 
 
 def _tracked(spec: EnvSpec, slots: EnvSlot, state: Any, obs: Any, reward: Any,
-             terminated: jax.Array, truncated: jax.Array, final_obs: Any
-             ) -> tuple[EnvSlot, StepOutput]:
-    """The new slots and the step's outputs, with each running episode's statistics."""
+             terminated: jax.Array, truncated: jax.Array, final_obs: Any,
+             won: jax.Array | None = None) -> tuple[EnvSlot, StepOutput]:
+    """The new slots and the step's outputs, with each running episode's statistics (``won``:
+    whether each environment's state after the step is a won one, for those with an
+    outcome)."""
     done = jnp.logical_or(terminated, truncated)
     reward = jnp.asarray(reward, jnp.float32)
     ep_return = slots.episode_return + (reward if spec.num_agents == 1 else reward.sum(-1))
@@ -451,6 +457,7 @@ def _tracked(spec: EnvSpec, slots: EnvSlot, state: Any, obs: Any, reward: Any,
         final_obs=_float_obs(final_obs),
         finished_return=jnp.where(done, ep_return, 0.0),
         finished_length=jnp.where(done, ep_length, 0),
+        finished_won=None if won is None else (done & won).astype(jnp.float32),
     )
 
 

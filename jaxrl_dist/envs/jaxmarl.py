@@ -32,6 +32,7 @@ import numpy as np
 
 from jaxrl_dist.envs.base import EnvError, EnvSpec, Step
 from jaxrl_dist.envs.spaces import obs_shape
+from jaxrl_dist.envs.team import agent_inputs
 from jaxrl_dist.errors import unknown_env
 
 SMAX_NAMES = ("SMAX", "HeuristicEnemySMAX")
@@ -85,15 +86,11 @@ class JaxMARLAdapter:
 
     def _obs(self, obs: dict[str, Any]) -> jax.Array:
         own = jnp.stack([jnp.asarray(obs[a], jnp.float32).reshape(-1) for a in self.agents])
-        parts = [own]
+        world = None
         if self.central:
             world = (jnp.asarray(obs["world_state"], jnp.float32).reshape(-1)
                      if "world_state" in obs else own.reshape(-1))
-            parts.append(jnp.broadcast_to(world, (len(self.agents), world.shape[0])))
-        if self.agent_ids:
-            ids = jnp.eye(len(self.agents), dtype=jnp.float32)
-            parts = [x for part in parts for x in (part, ids)]
-        return jnp.concatenate(parts, axis=-1)
+        return agent_inputs(own, world, self.agent_ids)
 
     def reset(self, key: jax.Array) -> tuple[Any, jax.Array]:
         obs, state = self.env.reset(key)

@@ -24,6 +24,7 @@ SUITES: dict[str, tuple[str, str, str]] = {
     "ale": ("jaxrl_dist.envs.ale", "ale_py", "ale"),
     "gymnasium": ("jaxrl_dist.envs.gymnasium", "gymnasium", "gymnasium"),
     "jaxmarl": ("jaxrl_dist.envs.jaxmarl", "jaxmarl", "jaxmarl"),
+    "pettingzoo": ("jaxrl_dist.envs.pettingzoo", "pettingzoo", "pettingzoo"),
 }
 
 
@@ -118,5 +119,5 @@ def from_config(config: Any, env: Any = None, env_params: Any = None) -> EnvSpec
                     team=team)
     if spec.num_agents == 1 and team != type(team)():
         raise EnvError(f"the team: section applies to environments of several agents "
-                       f"(jaxmarl:), and {spec.name} has one: remove it")
+                       f"(jaxmarl:, pettingzoo:), and {spec.name} has one: remove it")
     return spec

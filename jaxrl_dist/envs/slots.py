@@ -29,4 +29,7 @@ class StepOutput(NamedTuple):
     finished_return: jax.Array   # return of the episode that ended here, else 0
     finished_length: jax.Array   # its length, else 0
     valid: jax.Array | None = None   # [] bool; False: not experience (a pool's late reset
-                                     #   step, see envs.pool); None: every step is
+                                     #   step, see envs.pool); None: every step is one
+    finished_won: jax.Array | None = None   # [] float32, 1 if the episode that ended here was
+                                            #   won (an adapter with an outcome: ``won``,
+                                            #   SMAX), else 0; None: no outcome

@@ -14,6 +14,8 @@ every function here is the identity: single-agent programs are unchanged.
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
 import jax.numpy as jnp
 
@@ -59,6 +61,22 @@ def team_reward(spec: EnvSpec, reward: jax.Array) -> jax.Array:
     return reward if spec.num_agents == 1 else reward.sum(-1)
 
 
+def agent_inputs(own: Any, world: Any, agent_ids: bool, xp: Any = jnp) -> Any:
+    """Each agent's row ``[A, k]`` from its own flat observation ``own`` ``[A, d]``: with a
+    central critic (``world``: the environment's global state ``[w]``, else None) the state
+    after it, and with ``agent_ids`` the agent's one-hot index after each part. The policy
+    reads the first part (``EnvSpec.policy_features``), the critic the rest. ``xp``: numpy
+    for host environments, jax.numpy inside the program: the same rows either way."""
+    A = own.shape[0]
+    parts = [own]
+    if world is not None:
+        parts.append(xp.broadcast_to(world, (A, world.shape[0])))
+    if agent_ids:
+        ids = xp.eye(A, dtype=xp.float32)
+        parts = [x for part in parts for x in (part, ids)]
+    return xp.concatenate(parts, axis=-1)
+
+
 def step_rows(spec: EnvSpec, out: StepOutput) -> StepOutput:
     """An environment step's outputs per row: each agent's reward and final observation, the
     environment's end on all its rows, its finished episode on its first."""
@@ -69,4 +87,5 @@ def step_rows(spec: EnvSpec, out: StepOutput) -> StepOutput:
         truncated=repeat(spec, out.truncated), final_obs=rows(spec, out.final_obs),
         finished_return=first_row(spec, out.finished_return),
         finished_length=first_row(spec, out.finished_length),
-        valid=None if out.valid is None else repeat(spec, out.valid))
+        valid=None if out.valid is None else repeat(spec, out.valid),
+        finished_won=None if out.finished_won is None else first_row(spec, out.finished_won))
