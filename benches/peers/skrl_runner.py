@@ -21,7 +21,8 @@ PettingZoo wrapper has no vectorisation, num_envs=1), skrl's MAPPO trained by it
 ``SequentialTrainer`` for exactly ``--steps`` env steps (``timesteps``; one step moves all 3
 agents), headless, no progress bar, no TensorBoard and no checkpoints. Then the FINAL policies
 are evaluated greedily (argmax of each agent's logits) on ``--eval-episodes`` fresh episodes
-(``reset(seed=10_000 + i)``); team return = the sum over the 3 agents and 25 steps; mean over
+(``reset(seed=10_000 + 1_000 * seed + i)``: each seed its own), and again sampling each agent's
+action from its categorical (``sampled_*``); team return = the sum over the 3 agents and 25 steps; mean over
 episodes. ``--random`` adds the same evaluation of a uniform random policy.
 
 Models, as skrl's own multi-agent example does it (the 1.x docs' ``jax_bidexhands_shadow_hand_over_
@@ -126,7 +127,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--steps", type=int, required=True, help="environment steps to train")
-    parser.add_argument("--eval-episodes", type=int, default=16)
+    parser.add_argument("--eval-episodes", type=int, default=64)
     parser.add_argument("--random", action="store_true", help="also evaluate a uniform random policy")
     args = parser.parse_args()
 
@@ -209,30 +210,45 @@ def main() -> None:
 
     # greedy evaluation of the FINAL policies on fresh episodes
     policies = {uid: agent.policies[uid] for uid in agents}
-    greedy = {uid: jax.jit(lambda params, obs, p=policies[uid]: jnp.argmax(
-        p.apply(params, {"observations": obs}, "policy")[0], axis=-1)) for uid in agents}
+    logits_of = {uid: jax.jit(lambda params, obs, p=policies[uid]: p.apply(
+        params, {"observations": obs}, "policy")[0]) for uid in agents}
     params = {uid: policies[uid].state_dict.params for uid in agents}
 
-    def evaluate(choose) -> float:
+    seed_base = 10_000 + 1_000 * args.seed   # each seed's own evaluation episodes
+
+    def evaluate(choose) -> tuple[float, float]:
         eval_env = simple_spread_v3.parallel_env(**ENV_KWARGS)
         returns = []
         for i in range(args.eval_episodes):
-            obs, _ = eval_env.reset(seed=10_000 + i)
+            obs, _ = eval_env.reset(seed=seed_base + i)
             total = 0.0
             while eval_env.agents:
                 obs, rewards, _, _, _ = eval_env.step({uid: choose(uid, obs[uid]) for uid in eval_env.agents})
                 total += float(sum(rewards.values()))
             returns.append(total)
         eval_env.close()
-        return float(np.mean(returns))
+        return float(np.mean(returns)), float(np.std(returns))
 
-    eval_mean = evaluate(lambda uid, o: int(greedy[uid](params[uid], jnp.asarray(o, jnp.float32)[None])[0]))
+    def logits(uid, o):
+        return np.asarray(logits_of[uid](params[uid], jnp.asarray(o, jnp.float32)[None])[0])
+
+    sampler = np.random.default_rng(args.seed + 777)
+
+    def sample(uid, o):   # the stochastic policy: a draw from its categorical
+        z = logits(uid, o).astype(np.float64)
+        p = np.exp(z - z.max())
+        return int(sampler.choice(len(p), p=p / p.sum()))
+
+    eval_mean, eval_std = evaluate(lambda uid, o: int(np.argmax(logits(uid, o))))
+    sampled_mean, sampled_std = evaluate(sample)
     out = {"seed": args.seed, "steps": args.steps, "eval_team_return_mean": eval_mean,
-           "eval_episodes": args.eval_episodes}
+           "eval_team_return_std": eval_std, "eval_episodes": args.eval_episodes,
+           "sampled_team_return_mean": sampled_mean, "sampled_team_return_std": sampled_std}
     if args.random:
         rng = np.random.default_rng(args.seed)
         n_actions = {uid: int(env.action_space(uid).n) for uid in agents}
-        out["random_team_return_mean"] = evaluate(lambda uid, o: int(rng.integers(n_actions[uid])))
+        out["random_team_return_mean"] = evaluate(
+            lambda uid, o: int(rng.integers(n_actions[uid])))[0]
     out.update({
         "train_seconds": train_seconds,
         "train_steps_per_s": args.steps / train_seconds if args.steps > 0 else None,
@@ -250,7 +266,9 @@ def main() -> None:
                        "after clip_by_global_norm, one per model"},
             "env": {"id": "mpe2.simple_spread_v3.parallel_env", **ENV_KWARGS,
                     "wrapper": "skrl pettingzoo (jax)", "first_reset_seed": env_reset_seed},
-            "eval": {"policy": "greedy argmax per agent", "reset_seeds": f"10000..{10_000 + args.eval_episodes - 1}",
+            "eval": {"policy": "greedy argmax per agent (eval_*), a draw from each agent's "
+                               "categorical (sampled_*)",
+                     "reset_seeds": f"{seed_base}..{seed_base + args.eval_episodes - 1}",
                      "team_return": "sum over agents and steps, mean over episodes"},
         },
     })
