@@ -103,17 +103,22 @@ class WandbConfig:
 
 
 TEAM_CRITICS = ("local", "central")
+TEAM_PARAMETERS = ("shared", "per_agent")
 
 
 @dataclass(frozen=True, kw_only=True)
 class TeamConfig:
-    critic: str = _doc("on environments of several agents (jaxmarl:): local = IPPO (the critic "
+    critic: str = _doc("on environments of several agents (jaxmarl:, pettingzoo:): local = "
+                       "IPPO (the critic "
                        "reads each agent's own observation), central = MAPPO (the critic reads "
                        "the environment's global state: its world_state, else every agent's "
                        "observation concatenated; the policy still reads its own)",
                        default="local")
     agent_ids: bool = _doc("append each agent's one-hot index to what the policy and a central "
                            "critic read (JaxMARL's OBS_WITH_AGENT_ID)", default=False)
+    parameters: str = _doc("shared = one policy and critic for every agent; per_agent = each "
+                           "agent its own (needs agent_ids: true, whose index picks them)",
+                           default="shared")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -408,6 +413,12 @@ def check(config: Config) -> None:
         require(getattr(c, name) >= 0, f"{name} must be >= 0 (0 = off), got {getattr(c, name)}")
     require(c.team.critic in TEAM_CRITICS,
             f"team.critic must be one of {', '.join(TEAM_CRITICS)}, got {c.team.critic!r}")
+    require(c.team.parameters in TEAM_PARAMETERS,
+            f"team.parameters must be one of {', '.join(TEAM_PARAMETERS)}, got "
+            f"{c.team.parameters!r}")
+    require(c.team.parameters == "shared" or c.team.agent_ids,
+            "team.parameters=per_agent needs team.agent_ids: true (each agent's one-hot index "
+            "picks its parameters)")
     require(c.env_nonfinite in ENV_NONFINITE,
             f"env_nonfinite must be one of {', '.join(ENV_NONFINITE)}, got {c.env_nonfinite!r}")
     require(c.matmul_precision in MATMUL_PRECISIONS,

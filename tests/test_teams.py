@@ -244,6 +244,45 @@ def test_central_critic_reads_the_global_state_and_the_policy_its_own(agent_ids)
     np.testing.assert_array_equal(action, nets.policy(params, obs).mode())
 
 
+@pytest.mark.parametrize("critic", ["local", "central"])
+def test_per_agent_parameters_answer_each_row_with_its_agents_network(critic):
+    """``team.parameters: per_agent``: the policy's and the critic's parameters carry a
+    leading agent axis, each row is answered by its own agent's copy (picked by its one-hot
+    index, normalised or not), and training gives the same parameters on 1 and 2 devices."""
+    from jaxrl_dist.agents.ppo.networks import MLP, make_networks
+    config = _ippo(team={"critic": critic, "agent_ids": True, "parameters": "per_agent"},
+                   ppo={"num_steps": 8, "update_epochs": 1, "num_minibatches": 2,
+                        "normalize_observations": True,
+                        "network": {"actor_hidden": [16], "critic_hidden": [16]}})
+    spec = envs.from_config(config)
+    assert spec.agent_networks == 3
+    nets = make_networks(config.ppo.network, spec)
+    params = nets.init(jax.random.PRNGKey(0))
+    assert params["actor"]["MLP_0"]["Dense_0"]["kernel"].shape[0] == 3
+    _, obs = spec.adapter.reset(jax.random.PRNGKey(1))
+    k = spec.policy_features or spec.obs_shape[0]
+    logits = nets.policy(params, obs).logits
+    for a in range(3):
+        mine = jax.tree.map(lambda x: x[a], params["actor"]["MLP_0"])
+        alone = MLP([16], 5, "tanh", 0.01).apply({"params": mine}, obs[a:a + 1, :k])
+        np.testing.assert_allclose(alone[0], logits[a], rtol=1e-5, atol=1e-7)
+    from jaxrl_dist.agents.ppo.networks import _agent_of
+    normalised = (obs[:, :k] - 1 / 3) / np.sqrt(2 / 9)   # the index columns' own moments
+    np.testing.assert_array_equal(_agent_of(normalised, 3), np.eye(3))
+    results = []
+    for n in (1, 2):
+        layout = sharding.make_layout(jax.devices()[:n])
+        programs = make_learner(config, sizes_lib.derive_sizes(config, n), spec, layout)
+        state, _ = programs.update(programs.init(jax.random.PRNGKey(config.seed)), 2)
+        results.append(sharding.to_host(state.train.params))
+    for a, b in zip(jax.tree.leaves(results[0]), jax.tree.leaves(results[1])):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    # each agent's copy learned from its own rows: the three moved apart
+    moved = [results[0]["actor"]["MLP_0"]["Dense_0"]["kernel"][a]
+             - params["actor"]["MLP_0"]["Dense_0"]["kernel"][a] for a in range(3)]
+    assert all(np.abs(m).max() > 0 for m in moved)
+
+
 @pytest.mark.parametrize("config,sets,words", [
     ("configs/cartpole_dqn.yaml", [f"env={SPREAD}", "num_envs=4"],
      ["algo dqn trains one agent per environment", "has 3", "algo: ppo"]),
@@ -257,6 +296,12 @@ def test_central_critic_reads_the_global_state_and_the_policy_its_own(agent_ids)
      ["team.critic must be one of local, central"]),
     ("configs/mpe_spread_mappo.yaml", ["ppo.network.cell=gru", "ppo.network.shared=true"],
      ["team.critic=central needs the critic's own cell"]),
+    ("configs/mpe_spread_ippo.yaml", ["team.parameters=per_agent"],
+     ["team.parameters=per_agent needs team.agent_ids: true"]),
+    ("configs/mpe_spread_ippo.yaml", ["team.parameters=own", "team.agent_ids=true"],
+     ["team.parameters must be one of shared, per_agent"]),
+    ("configs/smax_ippo_rnn.yaml", ["team.parameters=per_agent", "team.agent_ids=true"],
+     ["team.parameters=per_agent runs feed-forward networks", "cell=gru"]),
 ])
 def test_bad_team_input_is_one_line_exit_2(config, sets, words, tmp_path, capsys):
     from jaxrl_dist.train import main
@@ -344,6 +389,36 @@ def test_mappo_policy_exports_on_the_agents_own_observation(tmp_path):
             "obs_moments": {"mean": moments["mean"][:18], "var": moments["var"][:18]}}
     action, _ = trained.policy(full, (), rows)
     np.testing.assert_array_equal(loaded(np.asarray(rows[:, :18])), action)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_per_agent_policies_export_with_parity(tmp_path):
+    """Per-agent MAPPO exports one ONNX policy holding every agent's copy, each row answered
+    by the copy its index names, in parity with the trained policy (the exporter checks it)
+    and with the policy ``jaxrl_dist.policy.load`` rebuilds."""
+    import onnxruntime
+    from helpers import train_cli
+    from jaxrl_dist import policy as policy_lib
+    from jaxrl_dist.export import __main__ as export_cli
+    run = tmp_path / "run"
+    proc, _ = train_cli(run, args=[*TEAM_ARGS[:-4], "--set", "team.critic=central",
+                                   "--set", "team.agent_ids=true",
+                                   "--set", "team.parameters=per_agent",
+                                   "--set", "total_timesteps=320"],
+                        config="configs/mpe_spread_mappo.yaml")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert export_cli.main([str(run)]) == 0
+    loaded = policy_lib.load(run)
+    assert loaded.spec.obs_shape == (21,) and loaded.spec.agent_networks == 3
+    spec = envs.make_env(SPREAD, team=config_lib.from_dict(
+        {"env": SPREAD, "team": {"critic": "central", "agent_ids": True,
+                                 "parameters": "per_agent"}}).team)
+    rows = np.concatenate([np.asarray(spec.adapter.reset(jax.random.PRNGKey(s))[1][:, :21])
+                           for s in range(8)])
+    session = onnxruntime.InferenceSession(str(run / "policy.onnx"))
+    [name] = [i.name for i in session.get_inputs()]
+    np.testing.assert_array_equal(session.run(None, {name: rows})[0], loaded(rows))
 
 
 def test_a_team_member_nan_reward_drops_the_environment_step_once():

@@ -139,6 +139,11 @@ class EnvSpec:
     # input, and what a deployed policy takes), the rest the environment's global state (the
     # critic's). None: the policy and the critic both read the whole observation.
     policy_features: int | None = None
+    # A team whose agents each have parameters of their own (``team.parameters: per_agent``):
+    # above 0, the number of agents, and the last ``agent_networks`` features of what the
+    # policy and the critic read are the agent's one-hot index (``team.agent_ids``), which
+    # picks its parameters. 0: one set shared by every agent.
+    agent_networks: int = 0
 
     def __post_init__(self):
         if self.autoreset is None:
@@ -181,7 +186,8 @@ class EnvSpec:
                 "action_low": bound(self.action_low), "action_high": bound(self.action_high),
                 "masked": self.masked, "max_episode_steps": self.max_episode_steps,
                 "obs_dtype": self.obs_dtype,
-                **({"num_agents": self.num_agents} if self.num_agents > 1 else {})}
+                **({"num_agents": self.num_agents} if self.num_agents > 1 else {}),
+                **({"agent_networks": self.agent_networks} if self.agent_networks else {})}
 
     @classmethod
     def from_description(cls, d: dict[str, Any]) -> EnvSpec:
@@ -194,7 +200,8 @@ class EnvSpec:
                    action_low=bound(d["action_low"]), action_high=bound(d["action_high"]),
                    max_episode_steps=int(d["max_episode_steps"]), masked=bool(d["masked"]),
                    obs_dtype=str(d.get("obs_dtype", "float32")),
-                   num_agents=int(d.get("num_agents", 1)))
+                   num_agents=int(d.get("num_agents", 1)),
+                   agent_networks=int(d.get("agent_networks", 0)))
 
 
 @dataclass(frozen=True)

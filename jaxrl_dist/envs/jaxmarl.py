@@ -201,6 +201,8 @@ def make(name: str, episode_length: int | None = None, team: Any = None,
     limit = int(env.max_steps) + 1   # MPE ends at the step after max_steps
     common = dict(max_episode_steps=limit, num_agents=len(agents),
                   policy_features=own if central else None,
+                  agent_networks=len(agents) * (team is not None and
+                                                team.parameters == "per_agent"),
                   # SMAX's cond mixes device-varying and constant values (EnvSpec)
                   shard_map_safe=name not in SMAX_NAMES)
     if action[0] == "discrete":

@@ -226,7 +226,9 @@ def make(name: str, episode_length: int | None = None, team: Any = None,
 
     return EnvSpec(adapter=None, autoreset="host", name=full, host=open_envs,
                    max_episode_steps=int(limit or DEFAULT_MAX_STEPS), num_agents=A,
-                   policy_features=own + A * agent_ids if central else None, **fields)
+                   policy_features=own + A * agent_ids if central else None,
+                   agent_networks=A * (team is not None and team.parameters == "per_agent"),
+                   **fields)
 
 
 __all__ = ["make", "register"]

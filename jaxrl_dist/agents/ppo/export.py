@@ -9,7 +9,10 @@ and clipped to the bounds. The critic is not needed to act and is not in the pol
 
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
+from onnx import TensorProto
 
 from jaxrl_dist.agents.ppo.config import PPOConfig
 from jaxrl_dist.agents.ppo.networks import tanh_bounds
@@ -41,14 +44,21 @@ def emitter(p: PPOConfig, spec: EnvSpec) -> Emitter:
                 f"actor/MLP_0/Dense_{len(net.actor_hidden)}"
         else:                                 # RecurrentMLP: setup() attribute names
             conv, dense, head = "actor/convs_", "actor/dense_", "actor/out"
-        x = graph.conv_torso(g, x, conv, conv_torso(net, spec.obs_shape), spec.obs_shape,
-                             lambda y: g.op("Relu", y))
-        x = graph.mlp(g, x, [f"{dense}{i}" for i in range(len(net.actor_hidden))],
-                      net.activation)
+
+        def actor(x: str) -> str:
+            x = graph.conv_torso(g, x, conv, conv_torso(net, spec.obs_shape), spec.obs_shape,
+                                 lambda y: g.op("Relu", y))
+            return graph.mlp(g, x, [f"{dense}{i}" for i in range(len(net.actor_hidden))],
+                             net.activation)
+
         next_carry: list[str] = []
-        if cell != "none":
-            x, next_carry = graph.CELLS[cell][0](g, x, carry_in, "actor/rnn/")
-        out = graph.dense(g, x, head)
+        if spec.agent_networks:   # networks._mlp: each agent's copy, picked by its index
+            out = _per_agent(g, x, spec, lambda y: graph.dense(g, actor(y), head))
+        else:
+            x = actor(x)
+            if cell != "none":
+                x, next_carry = graph.CELLS[cell][0](g, x, carry_in, "actor/rnn/")
+            out = graph.dense(g, x, head)
         if not spec.continuous:
             return graph.argmax(g, out, mask), next_carry
         g.param("actor/log_std")              # the mode does not depend on it
@@ -62,3 +72,25 @@ def emitter(p: PPOConfig, spec: EnvSpec) -> Emitter:
         return graph.clip_to_bounds(g, out, spec), next_carry
 
     return Emitter(emit, carry)
+
+
+def _per_agent(g: Graph, x: str, spec: EnvSpec, emit: Callable[[str], str]) -> str:
+    """``EnvSpec.agent_networks`` copies of the actor (``emit`` with each agent's slice of the
+    parameters, which carry a leading agent axis), each row's output its own agent's: the one
+    its one-hot index (the input's last A features) names by argmax, as ``networks._agent_of``.
+    """
+    A, width = spec.agent_networks, spec.obs_shape[0]
+    stacked = {k: v for k, v in g.params.items() if k.startswith("actor/MLP_0/")}
+    for k in stacked:
+        del g.params[k]
+    index = g.op("Slice", x, g.const([width - A], "start", np.int64),
+                 g.const([width], "stop", np.int64), g.const([1], "axis", np.int64))
+    agent = g.op("ArgMax", index, axis=1, keepdims=1)                  # [B, 1] int64
+    total = None
+    for a in range(A):
+        g.params.update({k: v[a] for k, v in stacked.items()})
+        picked = g.op("Cast", g.op("Equal", agent, g.const([[a]], "agent", np.int64)),
+                      to=TensorProto.FLOAT)
+        term = g.op("Mul", emit(x), picked)
+        total = term if total is None else g.op("Add", total, term)
+    return total

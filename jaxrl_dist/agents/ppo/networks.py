@@ -109,6 +109,27 @@ def inputs_of(config: NetworkConfig, spec: EnvSpec
     return (0, k), (k, spec.obs_shape[0])
 
 
+def _agent_of(obs: jax.Array, agents: int) -> jax.Array:
+    """[B, agents]: each row's agent as a one-hot, from its one-hot index (the last ``agents``
+    features, ``team.agent_ids``); by argmax, so normalised observations still name it (every
+    agent is one row of every environment: the index columns share their moments)."""
+    return jax.nn.one_hot(jnp.argmax(obs[..., -agents:], -1), agents, dtype=jnp.float32)
+
+
+def _mlp(agents: int, obs: jax.Array, *args: Any) -> jax.Array:
+    """``MLP(*args)`` on ``obs``; with ``agents`` (``EnvSpec.agent_networks``) one copy of it
+    per agent (its parameters with a leading agent axis, flax's ``nn.vmap``; the same names),
+    each row answered by its own agent's copy. Every copy runs on every row (A x the
+    arithmetic of one, small beside a step for the MLPs teams use), which keeps the batch
+    whole and the rows in any order (minibatches shuffle them)."""
+    if not agents:
+        return MLP(*args)(obs)
+    many = nn.vmap(MLP, variable_axes={"params": 0}, split_rngs={"params": True},
+                   in_axes=None, out_axes=0, axis_size=agents)
+    outs = many(*args, name="MLP_0")(obs)                 # [A, B, out]
+    return jnp.einsum("abk,ba->bk", outs, _agent_of(obs, agents))
+
+
 class Actor(nn.Module):
     config: NetworkConfig
     action_dim: int
@@ -117,15 +138,20 @@ class Actor(nn.Module):
     scale: float = 1.0
     bounds: tuple[tuple[float, ...], tuple[float, ...]] | None = None   # (low, high) for tanh
     inputs: tuple[int, int] | None = None   # the observation's features it reads (a slice)
+    agents: int = 0                          # per-agent parameters (EnvSpec.agent_networks)
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> Categorical | DiagGaussian:
         obs = _read(obs, self.inputs)
-        out = MLP(self.config.actor_hidden, self.action_dim, self.config.activation, 0.01,
-                  self.conv, self.config.init, self.scale)(obs)
+        out = _mlp(self.agents, obs, self.config.actor_hidden, self.action_dim,
+                   self.config.activation, 0.01, self.conv, self.config.init, self.scale)
         if not self.continuous:
             return Categorical(out)
-        log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
+        if self.agents:
+            log_std = _agent_of(obs, self.agents) @ self.param(
+                "log_std", nn.initializers.zeros, (self.agents, self.action_dim))
+        else:
+            log_std = self.param("log_std", nn.initializers.zeros, (self.action_dim,))
         low, high = (None, None) if self.bounds is None else map(jnp.asarray, self.bounds)
         return DiagGaussian(out, jnp.broadcast_to(log_std, out.shape), low, high)
 
@@ -135,12 +161,13 @@ class Critic(nn.Module):
     conv: Sequence[dict] = ()
     scale: float = 1.0
     inputs: tuple[int, int] | None = None   # the observation's features it reads (a slice)
+    agents: int = 0                          # per-agent parameters (EnvSpec.agent_networks)
 
     @nn.compact
     def __call__(self, obs: jax.Array) -> jax.Array:
         obs = _read(obs, self.inputs)
-        return MLP(self.config.critic_hidden, 1, self.config.activation, 1.0, self.conv,
-                   self.config.init, self.scale)(obs)[:, 0]
+        return _mlp(self.agents, obs, self.config.critic_hidden, 1, self.config.activation,
+                    1.0, self.conv, self.config.init, self.scale)[:, 0]
 
 
 class Networks(NamedTuple):
@@ -164,8 +191,10 @@ def make_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
     bounds = tanh_bounds(config, spec)
     scale = input_scale(spec.obs_dtype)
     reads_actor, reads_critic = inputs_of(config, spec)
-    actor = Actor(config, spec.action_dim, spec.continuous, conv, scale, bounds, reads_actor)
-    critic = Critic(config, conv, scale, reads_critic)
+    agents = spec.agent_networks
+    actor = Actor(config, spec.action_dim, spec.continuous, conv, scale, bounds, reads_actor,
+                  agents)
+    critic = Critic(config, conv, scale, reads_critic, agents)
     dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
 
     def init(key: jax.Array) -> Any:
@@ -346,6 +375,10 @@ def reset_carry(start: jax.Array, initial: Any, carry: Any) -> Any:
 
 
 def make_recurrent_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
+    if spec.agent_networks:
+        raise EnvError(f"{spec.name}: team.parameters=per_agent runs feed-forward networks; "
+                       f"with ppo.network.cell={config.cell} set team.parameters: shared (the "
+                       f"agent's index, team.agent_ids, still tells the agents apart)")
     conv = conv_torso(config, spec.obs_shape)
     bounds = tanh_bounds(config, spec)
     scale = input_scale(spec.obs_dtype)
