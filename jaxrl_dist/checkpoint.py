@@ -32,7 +32,6 @@ from __future__ import annotations
 from jaxrl_dist.errors import UserError
 
 import contextlib
-import os
 import shutil
 import sys
 import time
@@ -43,6 +42,7 @@ import jax
 import numpy as np
 
 from jaxrl_dist import digest, distributed, faults
+from jaxrl_dist.quiet import muted
 from jaxrl_dist.types import ActorState, RunState
 
 # Config keys that may change between a run and its resumption: they steer bookkeeping only,
@@ -172,7 +172,7 @@ class Checkpointer:
             if faults.storage_reason(e) is None:
                 raise
             step, self._writing = self._writing, None
-            with _muted_stderr():   # tensorstore writes still in flight fail and print
+            with muted(2):   # tensorstore writes still in flight fail and print
                 time.sleep(1.0)     # into orbax's closed event loop; let them settle first
                 removed = self._remove_partial()
             what = f"checkpoint {step}" if step is not None else "a checkpoint"
@@ -440,28 +440,12 @@ def _without_empty(tree: Any) -> Any:
 
 
 @contextlib.contextmanager
-def _muted_stderr() -> Iterator[None]:
-    """File descriptor 2 to /dev/null inside the block (C++ threads write there too)."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    sink = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(sink, 2)
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(saved, 2)
-        os.close(saved)
-        os.close(sink)
-
-
-@contextlib.contextmanager
 def _quiet_stderr_on_failure(grace_s: float = 1.0) -> Iterator[None]:
     """Send file descriptor 2 to /dev/null while a restore runs, and on failure for ``grace_s``
     more: when one read of a damaged checkpoint fails, tensorstore reads still in flight complete
     into orbax's closed event loop and print "Event loop is closed" tracebacks from C++ threads,
     burying the one-line error. The real cause is in the exception we raise."""
-    with _muted_stderr():
+    with muted(2):
         try:
             yield
         except Exception:

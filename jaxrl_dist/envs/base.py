@@ -439,6 +439,11 @@ _STEPS = {"lazy": _step_lazy, "same_step": _step_same_step, "next_step": _step_n
 assert set(_STEPS) == set(AUTORESETS)
 
 
+def team_reward(spec: EnvSpec, reward: jax.Array) -> jax.Array:
+    """An environment's reward summed over its agents (``[E, A]`` -> ``[E]``; ``envs.team``)."""
+    return reward if spec.num_agents == 1 else reward.sum(-1)
+
+
 def _tracked(spec: EnvSpec, slots: EnvSlot, state: Any, obs: Any, reward: Any,
              terminated: jax.Array, truncated: jax.Array, final_obs: Any,
              won: jax.Array | None = None) -> tuple[EnvSlot, StepOutput]:
@@ -447,7 +452,7 @@ def _tracked(spec: EnvSpec, slots: EnvSlot, state: Any, obs: Any, reward: Any,
     outcome)."""
     done = jnp.logical_or(terminated, truncated)
     reward = jnp.asarray(reward, jnp.float32)
-    ep_return = slots.episode_return + (reward if spec.num_agents == 1 else reward.sum(-1))
+    ep_return = slots.episode_return + team_reward(spec, reward)
     ep_length = slots.episode_length + 1
     state = strong_types(state)
     new_slots = EnvSlot(

@@ -21,7 +21,6 @@ differ (e.g. MPE's predators and prey) are refused in one line that names them.
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from dataclasses import dataclass
 from typing import Any, Iterator
@@ -34,6 +33,7 @@ from jaxrl_dist.envs.base import EnvError, EnvSpec, Step
 from jaxrl_dist.envs.spaces import obs_shape
 from jaxrl_dist.envs.team import agent_inputs
 from jaxrl_dist.errors import unknown_env
+from jaxrl_dist.quiet import muted
 
 SMAX_NAMES = ("SMAX", "HeuristicEnemySMAX")
 
@@ -45,16 +45,10 @@ def _quiet() -> Iterator[None]:
     caller's (pytest's capture, a notebook's), then prints two lines; so standard output is
     silenced at the file descriptor and both streams are put back as they were."""
     streams = sys.stdout, sys.stderr
-    sys.stdout.flush()
-    saved, devnull = os.dup(1), os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, 1)
     try:
-        yield
+        with muted(1):
+            yield
     finally:
-        sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
-        os.close(devnull)
         sys.stdout, sys.stderr = streams
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from jaxrl_dist.envs.base import EnvSpec
+from jaxrl_dist.envs.base import EnvSpec, team_reward  # noqa: F401 (the team's, kept in base)
 from jaxrl_dist.envs.slots import StepOutput
 
 
@@ -54,11 +54,6 @@ def first_row(spec: EnvSpec, x: jax.Array) -> jax.Array:
     if A == 1:
         return x
     return jnp.zeros((x.shape[0], A), x.dtype).at[:, 0].set(x).reshape(-1)
-
-
-def team_reward(spec: EnvSpec, reward: jax.Array) -> jax.Array:
-    """An environment's reward summed over its agents (``[E, A]`` -> ``[E]``)."""
-    return reward if spec.num_agents == 1 else reward.sum(-1)
 
 
 def agent_inputs(own: Any, world: Any, agent_ids: bool, xp: Any = jnp) -> Any:
