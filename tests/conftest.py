@@ -177,6 +177,12 @@ SLOW |= {   # teams, recurrent (2026-11-29, 15-16 s each in the README's tier): 
     f"tests/test_teams.py::test_ippo_and_mappo_same_parameters_on_1_and_2_devices[{case}]"
     for case in ("gru-local-jaxmarl:MPE_simple_spread_v3",
                  "gru-central-jaxmarl:MPE_simple_spread_v3")}
+SLOW |= {   # teams (2026-11-29): per-agent parameters with a central critic, and the host's
+    # MAPPO on 1 and 2 devices: the extended tier's; the README's keeps the local-critic and
+    # IPPO cases of each
+    "tests/test_teams.py::test_per_agent_parameters_answer_each_row_with_its_agents_network"
+    "[central]",
+    "tests/test_pettingzoo.py::test_ippo_and_mappo_same_parameters_on_1_and_2_devices[central]"}
 SLOW_FILES = ("tests/test_configs.py",)
 
 # The README's test command (CI's) runs the tests not marked slow, the smoke tier and CORE: the
