@@ -225,6 +225,18 @@ def sigterm_and_resume(tmp_path, config_file, calls=2):
     return saved, resumed.stderr, summary_of(resumed.stdout), summary_of(reference.stdout)
 
 
+def bad_input_exits_2(args, words, run_dir, capsys):
+    """``python -m jaxrl_dist.train ARGS`` in process: exit 2, ONE line on stderr naming every
+    one of ``words``, no traceback, nothing written at ``run_dir``."""
+    from jaxrl_dist.train import main
+    assert main([*args, "--run-dir", str(run_dir)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for w in words:
+        assert w in err, err
+    assert not Path(run_dir).exists()
+
+
 def params_of(run_dir):
     from jaxrl_dist.checkpoint import read_checkpoint
 

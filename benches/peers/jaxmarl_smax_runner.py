@@ -38,7 +38,7 @@ import os
 import sys
 import time
 
-from jaxmarl_runner import SRC, _blob, _stand_ins
+from jaxmarl_runner import SRC, _blob, _stand_ins, compile_and_run
 
 # as in purejaxrl_runner.py (jaxlib 0.10.2's CPU runtime): without it the vmapped network init
 # (their orthogonal initialisers' batched QR, two LAPACK calls at once) deadlocks the 2-thread
@@ -105,16 +105,7 @@ def main() -> None:
               "NUM_SEEDS": args.seeds, "MAP_NAME": args.map}
     if args.num_envs is not None:
         config["NUM_ENVS"] = args.num_envs
-    rngs = jax.random.split(jax.random.PRNGKey(config["SEED"]), config["NUM_SEEDS"])
-    train = jax.jit(jax.vmap(their.make_train(dict(config))))
-    t0 = time.perf_counter()
-    compiled = train.lower(rngs).compile()
-    compile_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    out = compiled(rngs)
-    jax.block_until_ready(out)
-    jax.effects_barrier()   # the io_callbacks have all run
-    run_s = time.perf_counter() - t0
+    out, compile_s, run_s = compile_and_run(their.make_train, config)
 
     updates = int(config["TOTAL_TIMESTEPS"] // config["NUM_STEPS"] // config["NUM_ENVS"])
     per_update = config["NUM_ENVS"] * config["NUM_STEPS"]
