@@ -12,8 +12,9 @@ program the on-device rollout feeds, its gradient the mean over every device of 
 
 Reproducible by construction, as the on-device rollout is: environment ``e`` is seeded once from
 (seed, global index ``e``), its action noise comes from (update key, ``e``) in the same draws
-``rollout.collect`` makes (a team's agents: from their global row index, ``envs.team``), the batch is in global environment order and every step acts with
-the parameters of the update before (no policy lag). A deterministic environment therefore
+``rollout.collect`` makes (a team's agents: from their global row index, ``envs.team``), the
+batch is in global environment order and every step acts with the parameters of the update
+before (no policy lag). A deterministic environment therefore
 gives the same parameters on 1 or 2 devices and on 1 or 2 processes. Environment state lives
 outside JAX: a resumed run re-seeds every environment from (seed, update) and starts fresh
 episodes (the start line says "actors" were started afresh).
@@ -30,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from jaxrl_dist import distributed, keys, programs, rollout
-from jaxrl_dist.envs import EnvError, EnvSpec, to_env_action
+from jaxrl_dist.envs import EnvError, EnvSpec, team, to_env_action
 from jaxrl_dist.envs.host import HostEnvs
 from jaxrl_dist.envs.pool import seeds_of
 from jaxrl_dist.evaluate import eval_action
@@ -319,8 +320,7 @@ class HostActors:
                 outputs[dtype][t] = x
             # the environment's action: the packed tuple's last leaf (one array), as a view
             env_action = self._unpack.leaf(outputs, -1)[t]
-            out = self.envs.step(env_action if A == 1 else
-                                 env_action.reshape(n, A, *env_action.shape[1:]))
+            out = self.envs.step(team.per_env(self.spec, env_action))
             if self.drop:
                 out, valid[t] = self._drop_nonfinite(out, keep_final, t)
             else:
@@ -337,7 +337,7 @@ class HostActors:
             self.obs = out.obs
         self.collected += 1
         finished_return, finished_length, self.episode_return, self.episode_length = \
-            episode_sums(reward if A == 1 else reward.sum(-1), terminated | truncated,
+            episode_sums(team.team_reward(self.spec, reward), terminated | truncated,
                          self.episode_return, self.episode_length)
         if self.drop:   # a dropped step ended no episode
             finished_return, finished_length = (np.where(valid, finished_return, 0),
@@ -513,10 +513,8 @@ class HostActors:
             action, carry = self._eval_act(policy_params, acting, carry,
                                            self._put(self._rows(obs)), key_steps, np.int32(t),
                                            ids)
-            action = np.asarray(action)
-            out = self.eval_envs.step(action if A == 1 else
-                                      action.reshape(n, A, *action.shape[1:]))
-            ret += np.where(done, 0.0, out.reward if A == 1 else out.reward.sum(-1))
+            out = self.eval_envs.step(team.per_env(self.spec, np.asarray(action)))
+            ret += np.where(done, 0.0, team.team_reward(self.spec, out.reward))
             length += ~done
             done |= out.terminated | out.truncated
             obs = out.obs

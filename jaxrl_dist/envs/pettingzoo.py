@@ -56,9 +56,10 @@ def _factory(name: str) -> Callable[..., Any]:
     plugins.load()
     if name in _REGISTERED:
         return _REGISTERED[name]
-    if name in _mpe2_ids():
+    mpe2 = _mpe2_ids()
+    if name in mpe2:
         return importlib.import_module(f"mpe2.{name}").parallel_env
-    known = [*_REGISTERED, *_mpe2_ids()]
+    known = [*_REGISTERED, *mpe2]
     if not known:
         raise EnvError(f"pettingzoo:{name} is not registered and mpe2 (the particle "
                        f"environments) is not installed: pip install -e '.[pettingzoo]', or "
@@ -183,8 +184,6 @@ def make(name: str, episode_length: int | None = None, team: Any = None,
                            f"module's parallel_env, or pettingzoo.utils.conversions."
                            f"aec_to_parallel)")
         agents = tuple(probe.possible_agents)
-        fields_of = {a: _spaces(f"{full} ({a})", probe.observation_space(a),
-                                probe.action_space(a)) for a in agents}
         for what, space in (("observation", probe.observation_space),
                             ("action", probe.action_space)):
             kinds = {a: _space_key(space(a)) for a in agents}
@@ -194,8 +193,9 @@ def make(name: str, episode_length: int | None = None, team: Any = None,
                     for k, a0 in {kinds[a]: a for a in agents}.items())
                 raise EnvError(f"{full}: its agents' {what} spaces differ ({groups}); "
                                f"jaxrl_dist trains teams whose agents share one {what} space")
-        fields = fields_of[agents[0]]
-        uses_state = central and getattr(probe, "state_space", None) is not None
+        fields = _spaces(full, probe.observation_space(agents[0]), probe.action_space(agents[0]))
+        state_space = getattr(probe, "state_space", None) if central else None
+        uses_state = state_space is not None
         limit = episode_length or getattr(getattr(probe, "unwrapped", probe), "max_cycles",
                                           None)
     finally:
@@ -207,13 +207,7 @@ def make(name: str, episode_length: int | None = None, team: Any = None,
         if fields["obs_dtype"] != "float32" or len(own_shape) != 1:
             raise EnvError(f"{full}: a central critic or agent ids need flat float "
                            f"observations; its agents observe {own_shape} {fields['obs_dtype']}")
-        probe = factory(**kwargs)
-        try:
-            probe.reset(seed=0)
-            world = (int(np.asarray(probe.state()).size) if uses_state else own * A) \
-                if central else 0
-        finally:
-            probe.close()
+        world = (int(np.prod(state_space.shape)) if uses_state else own * A) if central else 0
         fields = {**fields, "obs_shape": (own + A * agent_ids + (world + A * agent_ids
                                                                  if central else 0),),
                   "obs_dtype": "float32"}
