@@ -557,7 +557,7 @@ def test_a_host_rollout_is_a_plain_loop_of_act_and_step(tmp_path):
         np.testing.assert_array_equal(obs, host.obs)
         local = host._local(run.state.train)
         acting = host.agent.acting(local)
-        noise = host._noise(local.key, host.env_ids)
+        noise = host._noise(local.key, host.row_ids)
         act = jax.jit(host._act_shapes)
         want_obs, want_action, want_extras, want_reward = [], [], [], []
         for t in range(host.T):
