@@ -130,6 +130,24 @@ def test_replay_with_chunks_continuous_actions_and_masks(case):
     assert np.max(metrics["first_ratio_deviation"]) <= TOLERANCE, metrics["first_ratio_deviation"]
 
 
+def test_layers_after_the_cell_replay_the_rollout():
+    """``network.head_hidden`` (JaxMARL's Dense + relu after the GRU): a layer of its own in
+    the actor's head and in the shared critic's, replayed exactly, the critic's trained."""
+    config = _config(**{"ppo.network.shared": True, "ppo.network.head_hidden": [8]})
+    metrics, state = _updates(config, 1)
+    assert np.all(metrics["episodes"] > 0)
+    assert np.max(metrics["first_ratio_deviation"]) <= TOLERANCE
+    params = sharding.to_host(state.train.params)
+    assert set(params["critic"]) == {"post_0", "out"}
+    assert params["actor"]["post_0"]["kernel"].shape == (config.ppo.network.cell_size, 8)
+    assert params["critic"]["post_0"]["kernel"].shape == (config.ppo.network.cell_size, 8)
+    init = make_learner(config, sizes_lib.derive_sizes(config, 1),
+                        make_env("CartPole-v1", episode_length=20),
+                        sharding.make_layout(jax.devices()[:1])).agent.init_params(
+        jax.random.split(jax.random.PRNGKey(3), 3)[0])
+    assert max_rel_diff(params["critic"]["post_0"], init["critic"]["post_0"]) > 1e-3
+
+
 @pytest.mark.slow
 def test_a_shared_cell_replays_the_rollout_on_1_and_2_devices():
     """``network.shared``: the critic is an output layer on the actor's cell, read from the
@@ -290,6 +308,8 @@ def test_hidden_velocities_observe_x_and_theta():
     ({"ppo.sequence_length": 5}, ["ppo.sequence_length (5) must divide ppo.num_steps (16)"]),
     ({"ppo.network.cell": "none", "ppo.sequence_length": 8}, ["recurrent networks only"]),
     ({"ppo.num_minibatches": 3}, ["ppo.num_minibatches (3) must divide", "= 4"]),
+    ({"ppo.network.cell": "none", "ppo.network.head_hidden": [8]},
+     ["ppo.network.head_hidden are layers after a recurrent cell", "actor_hidden"]),
     ({"ppo.network.cell": "none", "ppo.network.shared": True},
      ["ppo.network.shared shares the actor's recurrent cell", "cell to gru or lstm"]),
 ])

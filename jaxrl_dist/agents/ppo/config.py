@@ -48,6 +48,10 @@ class NetworkConfig:
                         "critic_hidden unused), not a network of its own", default=False)
     cell_size: int = _doc("features of the recurrent cell's state (with cell gru or lstm)",
                           default=128)
+    head_hidden: tuple[int, ...] = _doc("with a cell: hidden layers between the cell and each "
+                                        "output layer, the actor's and the critic's own "
+                                        "(JaxMARL's ActorCriticRNN: [128]); empty = none",
+                                        default=())
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -155,7 +159,10 @@ def check(p: PPOConfig) -> None:
     require(not n.shared or n.cell != "none",
             "ppo.network.shared shares the actor's recurrent cell: set ppo.network.cell to "
             "gru or lstm, or shared: false")
-    for name in ("actor_hidden", "critic_hidden"):
+    require(not n.head_hidden or n.cell != "none",
+            "ppo.network.head_hidden are layers after a recurrent cell: set ppo.network.cell "
+            "to gru or lstm, or put the layers in actor_hidden / critic_hidden")
+    for name in ("actor_hidden", "critic_hidden", "head_hidden"):
         sizes = getattr(n, name)
         require(all(s >= 1 for s in sizes),
                 f"ppo.network.{name} sizes must be >= 1, got {list(sizes)}")

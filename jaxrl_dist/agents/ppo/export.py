@@ -58,6 +58,8 @@ def emitter(p: PPOConfig, spec: EnvSpec) -> Emitter:
             x = actor(x)
             if cell != "none":
                 x, next_carry = graph.CELLS[cell][0](g, x, carry_in, "actor/rnn/")
+                x = graph.mlp(g, x, [f"actor/post_{i}" for i in range(len(net.head_hidden))],
+                              net.activation)
             out = graph.dense(g, x, head)
         if not spec.continuous:
             return graph.argmax(g, out, mask), next_carry

@@ -223,7 +223,7 @@ def _kernel(init: str, scale: float):
 
 class RecurrentMLP(nn.Module):
     """:class:`MLP`'s layers with a recurrent cell between the hidden layers and the output
-    layer. The torso and the head are methods so a replay runs them batched over all steps;
+    layer (``head_hidden``: more hidden layers after the cell, before the output). The torso and the head are methods so a replay runs them batched over all steps;
     the cell's parameters are flax's (names and initialisers: lecun inputs, orthogonal
     recurrent kernels) and are stepped by :func:`cell_step`; ``log_std`` is the
     state-independent log std of a Gaussian actor (``log_std_dim`` > 0)."""
@@ -239,6 +239,7 @@ class RecurrentMLP(nn.Module):
     scale: float = 1.0
     log_std_dim: int = 0
     inputs: tuple[int, int] | None = None   # the observation's features it reads (a slice)
+    head_hidden: Sequence[int] = ()
 
     def setup(self):
         self.convs = [nn.Conv(**layer, kernel_init=_kernel(self.weights, np.sqrt(2)),
@@ -248,6 +249,8 @@ class RecurrentMLP(nn.Module):
                       for size in self.hidden]
         self.rnn = (nn.GRUCell(self.cell_size) if self.cell == "gru"
                     else nn.OptimizedLSTMCell(self.cell_size))
+        self.post = [nn.Dense(size, kernel_init=_kernel(self.weights, np.sqrt(2)))
+                     for size in self.head_hidden]
         self.out = nn.Dense(self.out_dim, kernel_init=_kernel(self.weights, self.out_scale))
         if self.log_std_dim:
             self.log_std = self.param("log_std", nn.initializers.zeros, (self.log_std_dim,))
@@ -267,7 +270,7 @@ class RecurrentMLP(nn.Module):
         return x
 
     def head(self, y: jax.Array) -> jax.Array:
-        return self.out(y)
+        return self.out(_hidden(self.post, self.activation, y))
 
     def std(self) -> jax.Array:
         return self.log_std
@@ -278,15 +281,28 @@ class RecurrentMLP(nn.Module):
 
 
 class ValueHead(nn.Module):
-    """The critic's output layer on the actor's cell outputs (``network.shared``)."""
+    """The critic's hidden layers (``head_hidden``) and output layer on the actor's cell
+    outputs (``network.shared``)."""
 
     weights: str = "orthogonal"
+    head_hidden: Sequence[int] = ()
+    activation: str = "tanh"
 
     def setup(self):
+        self.post = [nn.Dense(size, kernel_init=_kernel(self.weights, np.sqrt(2)))
+                     for size in self.head_hidden]
         self.out = nn.Dense(1, kernel_init=_kernel(self.weights, 1.0))
 
     def __call__(self, y: jax.Array) -> jax.Array:
-        return self.out(y)
+        return self.out(_hidden(self.post, self.activation, y))
+
+
+def _hidden(layers: Sequence[nn.Dense], activation: str, y: jax.Array) -> jax.Array:
+    """``layers`` each followed by ``activation`` (a head's layers after the cell)."""
+    act = getattr(nn, activation)
+    for layer in layers:
+        y = act(layer(y))
+    return y
 
 
 class FusedCell(NamedTuple):
@@ -383,14 +399,14 @@ def make_recurrent_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
     bounds = tanh_bounds(config, spec)
     scale = input_scale(spec.obs_dtype)
     cell = dict(cell=config.cell, cell_size=config.cell_size, conv=conv, weights=config.init,
-                scale=scale)
+                scale=scale, head_hidden=config.head_hidden)
     shared = config.shared
     reads_actor, reads_critic = inputs_of(config, spec)
     modules = {
         "actor": RecurrentMLP(config.actor_hidden, spec.action_dim, config.activation, 0.01,
                               log_std_dim=spec.action_dim if spec.continuous else 0,
                               inputs=reads_actor, **cell),
-        "critic": (ValueHead(config.init) if shared else
+        "critic": (ValueHead(config.init, config.head_hidden, config.activation) if shared else
                    RecurrentMLP(config.critic_hidden, 1, config.activation, 1.0,
                                 inputs=reads_critic, **cell))}
     dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
