@@ -206,6 +206,70 @@ def test_ippo_and_mappo_same_parameters_on_1_and_2_devices(cell, critic, env):
     assert float(np.sum(results[0][1]["episodes"])) == 0   # 16 steps: no episode ended yet
 
 
+def _vdn(mixer="vdn", **pqn):
+    return config_lib.from_dict({"algo": "pqn", "env": SPREAD, "num_envs": 4, "seed": 1,
+                                 "eval_episodes": 4, "total_timesteps": 4 * 8 * 2,
+                                 "updates_per_call": 2, "team": {"agent_ids": True},
+                                 "pqn": {"mixer": mixer, "num_steps": 8, "update_epochs": 2,
+                                         "num_minibatches": 2, "network": {"hidden": [16]},
+                                         **pqn}})
+
+
+@pytest.mark.parametrize("mixer", ["vdn", "none"])
+def test_pqn_teams_same_parameters_on_1_and_2_devices(mixer):
+    """VDN (an environment's agents one sample, minibatched together) and independent PQN
+    (each agent a sample): the same global minibatches on 1 and 2 devices, the same
+    parameters; VDN and independent learning differ."""
+    config = _vdn(mixer)
+    spec = envs.from_config(config)
+    results = []
+    for n in (1, 2):
+        layout = sharding.make_layout(jax.devices()[:n])
+        programs = make_learner(config, sizes_lib.derive_sizes(config, n), spec, layout)
+        state, metrics = programs.update(programs.init(jax.random.PRNGKey(config.seed)), 2)
+        results.append(sharding.to_host(state.train.params))
+        evaluation = sharding.to_host(programs.evaluate(state.train, jax.random.PRNGKey(0)))
+        assert np.isfinite(evaluation["return_mean"]) and evaluation["length_mean"] == 26
+    for a, b in zip(jax.tree.leaves(results[0]), jax.tree.leaves(results[1])):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
+    other = _vdn("none" if mixer == "vdn" else "vdn")
+    programs = make_learner(other, sizes_lib.derive_sizes(other, 1), spec,
+                            sharding.make_layout(jax.devices()[:1]))
+    state, _ = programs.update(programs.init(jax.random.PRNGKey(other.seed)), 2)
+    assert max_rel_diff(sharding.to_host(state.train.params), results[0]) > 1e-3
+
+
+def test_vdn_samples_are_environments_and_their_q_the_agents_sum():
+    """VDN's sample: an environment (its agents' rows together), the team's reward and greedy
+    next Q summed over its agents, the flags its own; its Q in the loss the sum of its agents'
+    Q-values of the actions they took."""
+    from jaxrl_dist.agents.pqn.learner import team_samples
+    from jaxrl_dist.agents.qnet import networks as qnet
+    T, E, A, F = 3, 2, 3, 4
+    rng = np.random.default_rng(0)
+    reward, next_q = rng.normal(size=(T, E * A)), rng.normal(size=(T, E * A))
+    done = np.repeat(rng.random((T, E)) < 0.5, A, axis=1)
+    obs, action = rng.normal(size=(T, E * A, F)), rng.integers(0, 5, (T, E * A))
+    r, q, term, ends, w, o, a = team_samples(A, reward, next_q, done, done, None, obs, action)
+    np.testing.assert_allclose(r, reward.reshape(T, E, A).sum(-1), rtol=1e-6)
+    np.testing.assert_allclose(q, next_q.reshape(T, E, A).sum(-1), rtol=1e-6)
+    np.testing.assert_array_equal(term, done[:, ::A])
+    assert w is None and o.shape == (T, E, A, F) and a.shape == (T, E, A)
+    np.testing.assert_array_equal(o[1, 1, 2], obs[1, 1 * A + 2])
+
+    spec = envs.from_config(_vdn())
+    net = qnet.make_q_network(_vdn().agent.network, spec)
+    params = net.init(jax.random.PRNGKey(0))
+    obs = rng.normal(size=(5, A, *spec.obs_shape)).astype(np.float32)
+    action = rng.integers(0, spec.action_dim, (5, A))
+    target = rng.normal(size=(5,)).astype(np.float32)
+    loss, stats = qnet.make_td_loss(net, "mse", A)(params, obs, action, target, 1.0)
+    q_rows = np.asarray(net.apply(params, obs.reshape(5 * A, -1)))
+    team_q = np.take_along_axis(q_rows, action.reshape(-1, 1), 1).reshape(5, A).sum(-1)
+    np.testing.assert_allclose(loss, np.mean(0.5 * (team_q - target) ** 2), rtol=1e-5)
+    np.testing.assert_allclose(stats[1], team_q.mean(), rtol=1e-5)
+
+
 @pytest.mark.parametrize("agent_ids", [False, True])
 def test_central_critic_reads_the_global_state_and_the_policy_its_own(agent_ids):
     """MAPPO's rows: each agent's observation (its id after it), then the global state (every
@@ -302,6 +366,13 @@ def test_per_agent_parameters_answer_each_row_with_its_agents_network(critic):
      ["team.parameters must be one of shared, per_agent"]),
     ("configs/smax_ippo_rnn.yaml", ["team.parameters=per_agent", "team.agent_ids=true"],
      ["team.parameters=per_agent runs feed-forward networks", "cell=gru"]),
+    ("configs/mpe_spread_vdn.yaml", ["team.critic=central"],
+     ["team.critic=central is MAPPO's critic; PQN has no critic"]),
+    ("configs/mpe_spread_vdn.yaml", ["team.parameters=per_agent"],
+     ["team.parameters=per_agent is PPO's"]),
+    ("configs/cartpole_pqn.yaml", ["pqn.mixer=vdn"],
+     ["pqn.mixer=vdn sums the Q-values of a team's agents", "has one agent"]),
+    ("configs/mpe_spread_vdn.yaml", ["pqn.mixer=qmix"], ["pqn.mixer must be one of none, vdn"]),
 ])
 def test_bad_team_input_is_one_line_exit_2(config, sets, words, tmp_path, capsys):
     from helpers import bad_input_exits_2

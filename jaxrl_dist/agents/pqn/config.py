@@ -50,8 +50,14 @@ class PQNConfig:
     bootstrap_truncation: bool = _doc("bootstrap from the real final observation at a time "
                                       "limit; false = treat it as terminal (rejax)",
                                       default=True)
+    mixer: str = _doc("with a team of agents (each a row): none (each agent learns its own "
+                      "Q(lambda) on its own reward, independent Q-learning) or vdn (the team's Q "
+                      "is the sum of its agents' Q-values, learned from the team's reward: "
+                      "Sunehag et al. 2018, JaxMARL's pqn_vdn)", default="none")
     network: QNetworkConfig = field(default_factory=_network)
 
+
+MIXERS = ("none", "vdn")
 
 # The update's scalar hyperparameters, the keys a population may sweep (``pqn.<name>``):
 # members of a sweep differ in array values only.
@@ -70,6 +76,8 @@ def check(p: PQNConfig) -> None:
     require(p.loss in LOSSES, f"pqn.loss must be one of {', '.join(LOSSES)}, got {p.loss!r}")
     require(p.huber_delta > 0, f"pqn.huber_delta must be > 0, got {p.huber_delta}")
     require(p.reward_scale > 0, f"pqn.reward_scale must be > 0, got {p.reward_scale}")
+    require(p.mixer in MIXERS,
+            f"pqn.mixer must be one of {', '.join(MIXERS)}, got {p.mixer!r}")
     require(p.optimizer in ("adam", "radam"),
             f"pqn.optimizer must be adam or radam, got {p.optimizer!r}")
     check_optimizer(p, "pqn")
@@ -81,5 +89,5 @@ ALGORITHM = Algorithm(
     name="pqn", section=PQNConfig, check=check, sweepable=sweep_keys("pqn", HPARAMS),
     steps_per_env=lambda p: p.num_steps, make="jaxrl_dist.agents.pqn.learner:make_agent",
     policy="jaxrl_dist.agents.qnet.networks:make_policy",
-    export="jaxrl_dist.agents.qnet.export:emitter",
+    export="jaxrl_dist.agents.qnet.export:emitter", teams=True,
     doc="PQN: Q(lambda) over vectorised rollouts, LayerNorm, no replay, no target network")

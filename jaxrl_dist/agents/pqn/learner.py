@@ -1,7 +1,12 @@
 """PQN as an :class:`~jaxrl_dist.agents.base.Agent`: epsilon-greedy acting and a ``learn`` that
 computes Q(lambda) targets over the rollout and trains the Q-network for epochs x minibatches,
 for ONE member inside a ``shard_map`` over the data axis (the on-device fused path: no replay,
-no target network, so topology invariance and populations work as for PPO)."""
+no target network, so topology invariance and populations work as for PPO).
+
+A team of agents is a row per agent (``envs.team``): each row learns on its own (independent
+Q-learning), or with ``mixer: vdn`` the environment is the sample: its Q is the sum of its
+agents' Q-values of the actions they took, its target the team's reward plus the sum of their
+greedy Q-values, and minibatches take an environment's agents together."""
 
 from __future__ import annotations
 
@@ -18,7 +23,7 @@ from jaxrl_dist.agents.base import EPISODE_METRICS, Agent
 from jaxrl_dist.agents.optimizer import make_optimizer, make_schedule
 from jaxrl_dist.agents.pqn.config import HPARAMS, PQNConfig
 from jaxrl_dist.agents.qnet import networks as qnet
-from jaxrl_dist.envs import EnvSpec
+from jaxrl_dist.envs import EnvError, EnvSpec
 from jaxrl_dist.gradients import global_mean_grad
 from jaxrl_dist.sharding import Layout
 from jaxrl_dist.sizes import Sizes
@@ -53,10 +58,41 @@ def q_lambda_targets(reward: jax.Array, next_q: jax.Array, terminated: jax.Array
     return targets
 
 
+def team_samples(team: int, reward, next_q, terminated, ends, weight, obs, action):
+    """VDN's samples (``team`` > 1): [T, E x A] rows -> [T, E] environments, the team's reward
+    and greedy next Q the sums over its agents, its flags and weight the first agent's (an
+    environment's agents end together), obs [T, E, A, ...] and action [T, E, A] grouped so a
+    minibatch takes an environment's agents together. ``team`` 1: as given."""
+    if team == 1:
+        return reward, next_q, terminated, ends, weight, obs, action
+    T, E = reward.shape[0], reward.shape[1] // team
+    samples = lambda x: x.reshape(T, E, team, *x.shape[2:])   # noqa: E731
+    first = lambda x: None if x is None else samples(x)[:, :, 0]   # noqa: E731
+    return (jnp.sum(samples(reward), axis=2), jnp.sum(samples(next_q), axis=2),
+            first(terminated), first(ends), first(weight), samples(obs), samples(action))
+
+
+def team_of(p: PQNConfig, spec: EnvSpec) -> int:
+    """How many rows make one sample: the agents of an environment under VDN, else 1. The
+    team settings PQN has no meaning for are refused."""
+    A = spec.num_agents
+    if A > 1 and spec.policy_features is not None:
+        raise EnvError(f"{spec.name}: team.critic=central is MAPPO's critic; PQN has no "
+                       f"critic: drop it (pqn.mixer: vdn learns the team's value)")
+    if A > 1 and spec.agent_networks:
+        raise EnvError(f"{spec.name}: team.parameters=per_agent is PPO's; PQN's agents share "
+                       f"one Q-network (team.agent_ids tells them apart)")
+    if p.mixer == "vdn" and A == 1:
+        raise EnvError(f"pqn.mixer=vdn sums the Q-values of a team's agents, and {spec.name} "
+                       f"has one agent: set pqn.mixer: none")
+    return A if p.mixer == "vdn" else 1
+
+
 def make_agent(p: PQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Agent:
     qnet.require_discrete("pqn", spec)
     net = qnet.make_q_network(p.network, spec)
-    td_loss = qnet.make_td_loss(net, p.loss)
+    team = team_of(p, spec)
+    td_loss = qnet.make_td_loss(net, p.loss, team)
     axis, M, U = layout.data_axis, p.num_minibatches, p.update_epochs
     per_update = sizes.batch_size            # global env steps per update
     sgd_steps = sizes.num_updates * U * M
@@ -96,13 +132,16 @@ def make_agent(p: PQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         ends = steps.terminated | steps.truncated
         if steps.valid is not None:   # the trace stops before a step that is not experience
             ends = ends | rollout.stops_before_invalid(steps)
-        targets = q_lambda_targets(steps.reward * hp["reward_scale"], next_q, terminated,
+        weight = None if steps.valid is None else steps.valid.astype(jnp.float32)
+        reward, next_q, terminated, ends, weight, obs, action = team_samples(
+            team, steps.reward, next_q, terminated, ends, weight, steps.obs, steps.action)
+        E = reward.shape[1]
+        targets = q_lambda_targets(reward * hp["reward_scale"], next_q, terminated,
                                    ends, hp["gamma"], hp["q_lambda"])
 
         env_ids = rollout.local_env_ids(E, axis)
         perms = minibatch.epoch_permutations(key, U, env_ids, T)                  # [U, E, T]
-        weight = None if steps.valid is None else steps.valid.astype(jnp.float32)
-        batch = (steps.obs, steps.action, targets, weight)   # weight: a pool's reset steps
+        batch = (obs, action, targets, weight)   # weight: a pool's reset steps
 
         def sgd_step(carry, mb):
             params, opt_state = carry
@@ -119,7 +158,7 @@ def make_agent(p: PQNConfig, sizes: Sizes, spec: EnvSpec, layout: Layout) -> Age
         (params, opt_state), (stats, grad_norm) = jax.lax.scan(
             epoch, (train.params, train.opt_state), perms)
         sums = jax.lax.psum({**rollout.episode_sums(steps), "target": jnp.sum(targets)}, axis)
-        count = T * E * layout.data_size
+        count = T * E * layout.data_size   # samples: environments under VDN, else rows
         target_sum = sums.pop("target")
         metrics = {**sums, "loss": jnp.mean(stats[..., 0]), "q_mean": jnp.mean(stats[..., 1]),
                    "target_mean": target_sum / count, "grad_norm": jnp.mean(grad_norm),

@@ -122,14 +122,20 @@ def epsilon_greedy(q: jax.Array, mask: jax.Array | None, eps: jax.Array,
     return jnp.where(explore, random_action, greedy(q, mask)).astype(jnp.int32)
 
 
-def make_td_loss(net: QNet, kind: str) -> Callable:
+def make_td_loss(net: QNet, kind: str, team: int = 1) -> Callable:
     """(params, obs [B, *obs], action [B], target [B], huber_delta, weight [B] or None) ->
     (mean TD loss, [loss, mean Q of the taken actions]), the loss of every Q-learner here:
     ``huber`` (quadratic within ``huber_delta``, linear beyond) or ``mse`` (0.5 x squared
     error). Samples of weight 0 (not experience: a pool's reset step) add nothing; the mean
-    divides by B either way."""
+    divides by B either way. ``team`` > 1 (VDN): a sample is ``team`` rows, obs
+    [B, team, *obs] and action [B, team], its Q the sum of theirs."""
     def loss_fn(params, obs, action, target, huber_delta, weight=None):
-        q = jnp.take_along_axis(net.apply(params, obs), action[:, None], 1)[:, 0]
+        if team > 1:
+            rows = obs.reshape(action.size, *obs.shape[action.ndim:])
+            q = jnp.take_along_axis(net.apply(params, rows), action.reshape(-1, 1), 1)[:, 0]
+            q = jnp.sum(q.reshape(-1, team), axis=1)
+        else:
+            q = jnp.take_along_axis(net.apply(params, obs), action[:, None], 1)[:, 0]
         if kind == "huber":
             per_sample = optax.huber_loss(q - target, delta=huber_delta)
         else:
