@@ -117,10 +117,13 @@ def keep_finite(before: Any, after: Any, metrics: dict[str, jax.Array]
     update, measured cheaper than a select per leaf (~5 % of CartPole's small update) and than
     guarding every gradient step inside the learners (~10 %: XLA on CPUs did not fuse those
     selects into the optimizer); under a population's vmap it becomes the select."""
-    watched = [jnp.all(jnp.isfinite(v)) for k, v in metrics.items() if k not in EPISODE_METRICS]
-    watched += [jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(after.params)
-                if jnp.issubdtype(x.dtype, jnp.inexact)]
-    ok = jnp.all(jnp.stack(watched)) if watched else jnp.bool_(True)
+    watched = [jnp.asarray(v) for k, v in metrics.items() if k not in EPISODE_METRICS]
+    watched += jax.tree.leaves(after.params)
+    watched = [jnp.ravel(x).astype(jnp.float32) for x in watched
+               if jnp.issubdtype(x.dtype, jnp.inexact)]
+    # ONE reduction over everything watched (a concatenation XLA fuses into it), not one
+    # per leaf: ~40 fewer kernels in CartPole's update program
+    ok = jnp.all(jnp.isfinite(jnp.concatenate(watched))) if watched else jnp.bool_(True)
     kept = jax.lax.cond(ok, lambda a, b: a, lambda a, b: b, after, before)
     return kept._replace(update=after.update), {**metrics, SKIPPED: (~ok).astype(jnp.float32)}
 
