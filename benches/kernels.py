@@ -19,7 +19,7 @@ import textwrap
 from pathlib import Path
 
 from benches.common import run_command
-from benches.rejax import REJAX_CARTPOLE, rejax_python
+from benches.rejax import PEERS, REJAX_CARTPOLE, rejax_python
 from jaxrl_dist.protocol import CPU_SCHEDULER_FLAG
 
 COUNT = textwrap.dedent("""
@@ -66,6 +66,20 @@ REJAX = COUNT + REJAX_CARTPOLE + textwrap.dedent("""
     print(json.dumps({"train": count(jax.jit(algo.train).lower(jax.random.PRNGKey(0)))}))
 """)
 
+# rejax's DQN or PQN with its own CartPole config, or its SAC with its own Pendulum config
+# (benches/peers/rejax_configs.py, as ``bench rejax``): its one train program
+REJAX_Q = COUNT + textwrap.dedent("""
+    import json, sys
+    sys.path.insert(0, sys.argv[3])
+    import jax
+    from rejax import DQN, PQN, SAC
+    from rejax_configs import REJAX_CARTPOLE_DQN, REJAX_CARTPOLE_PQN, REJAX_PENDULUM_SAC
+    cls, config = {"dqn": (DQN, REJAX_CARTPOLE_DQN), "pqn": (PQN, REJAX_CARTPOLE_PQN),
+                   "sac": (SAC, REJAX_PENDULUM_SAC)}[sys.argv[1]]
+    algo = cls.create(**{**config, "total_timesteps": int(sys.argv[2])})
+    print(json.dumps({"train": count(jax.jit(algo.train).lower(jax.random.PRNGKey(0)))}))
+""")
+
 
 def count_ours(config: str, sets: list[str]) -> dict[str, dict[str, float]]:
     """{program: {"kernels", "compile_s"}} of ours, counted in a fresh process."""
@@ -75,14 +89,33 @@ def count_ours(config: str, sets: list[str]) -> dict[str, dict[str, float]]:
 
 
 def bench_kernels(args) -> tuple[list[dict], str]:
+    """``--config``'s programs (PPO: CartPole at ``--steps``; a DQN, PQN or SAC config at its
+    own budget, SAC set to rejax's Pendulum settings as ``bench rejax`` does) beside rejax's
+    train program for the same algorithm and its own config."""
+    from jaxrl_dist import config as config_lib
+
     rejax = [] if args.no_rejax else [str(rejax_python(args, create=True))]
     script = Path(tempfile.mkdtemp()) / "rejax_kernels.py"
-    script.write_text(REJAX)
+    algo = config_lib.load(args.config).algo
+    sets = list(args.set)
+    if algo in ("dqn", "pqn", "sac"):
+        steps = config_lib.load(args.config, sets).total_timesteps
+        script.write_text(REJAX_Q)
+        rejax_args = [algo, str(steps), str(PEERS)]
+        if algo == "sac":
+            from benches.peers.rejax_configs import OURS_AS_REJAX_PENDULUM_SAC
+            sets = [*OURS_AS_REJAX_PENDULUM_SAC, *sets]
+    elif algo == "ppo":
+        script.write_text(REJAX)
+        rejax_args = [str(args.steps)]
+    else:
+        raise SystemExit(f"bench kernels compares ppo, dqn, pqn or sac configs with rejax's, "
+                         f"not algo {algo}")
     runs: dict[tuple[str, str], list[dict]] = {}
     for i in range(args.repeats):   # alternated, like every timing here
-        got = {("ours", k): v for k, v in count_ours(args.config, args.set).items()}
+        got = {("ours", k): v for k, v in count_ours(args.config, sets).items()}
         if rejax:
-            out = run_command([*rejax, str(script), str(args.steps)], summary=False,
+            out = run_command([*rejax, str(script), *rejax_args], summary=False,
                               XLA_FLAGS=CPU_SCHEDULER_FLAG, JAX_PLATFORMS="cpu")
             got.update({("rejax", k): v for k, v in
                         json.loads(out["stdout"].strip().splitlines()[-1]).items()})
