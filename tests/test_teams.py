@@ -215,7 +215,7 @@ def _vdn(mixer="vdn", **pqn):
                                          **pqn}})
 
 
-@pytest.mark.parametrize("mixer", ["vdn", "none"])
+@pytest.mark.parametrize("mixer", ["vdn", pytest.param("none", marks=pytest.mark.slow)])
 def test_pqn_teams_same_parameters_on_1_and_2_devices(mixer):
     """VDN (an environment's agents one sample, minibatched together) and independent PQN
     (each agent a sample): the same global minibatches on 1 and 2 devices, the same
