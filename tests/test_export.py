@@ -558,7 +558,7 @@ def test_gru_with_action_masks(tmp_path):
     """A shared cell with a layer after it (``head_hidden``, JaxMARL's SMAX network) too."""
     env = _env("jumanji:Snake-v1", [6, 5], 4, masked=True)
     policy, result = _export(tmp_path, "ppo", _recurrent("gru", torso="mlp", shared=True,
-                                                         head_hidden=[8]), env)
+                                                         head_hidden=[8, 6]), env)
     assert [i.name for i in _session(result.onnx_path).get_inputs()] == ["obs", "mask", "h_in"]
     actions, worst = _step_both(policy, result.onnx_path, masked=True)
     assert worst <= 1e-5

@@ -130,17 +130,28 @@ def test_replay_with_chunks_continuous_actions_and_masks(case):
     assert np.max(metrics["first_ratio_deviation"]) <= TOLERANCE, metrics["first_ratio_deviation"]
 
 
-def test_layers_after_the_cell_replay_the_rollout():
-    """``network.head_hidden`` (JaxMARL's Dense + relu after the GRU): a layer of its own in
-    the actor's head and in the shared critic's, replayed exactly, the critic's trained."""
-    config = _config(**{"ppo.network.shared": True, "ppo.network.head_hidden": [8]})
+@pytest.mark.parametrize("shared", [True, False])
+def test_layers_after_the_cell_replay_the_rollout(shared):
+    """``network.head_hidden`` (JaxMARL's Dense + relu after the GRU): layers of their own in
+    the actor's head and in the critic's (the shared cell's, or its own cell's), in order,
+    replayed as acted."""
+    config = _config(**{"ppo.network.shared": shared, "ppo.network.head_hidden": [8, 6]})
     metrics, state = _updates(config, 1)
     assert np.all(metrics["episodes"] > 0)
     assert np.max(metrics["first_ratio_deviation"]) <= TOLERANCE
     params = sharding.to_host(state.train.params)
-    assert set(params["critic"]) == {"post_0", "out"}
-    assert params["actor"]["post_0"]["kernel"].shape == (config.ppo.network.cell_size, 8)
-    assert params["critic"]["post_0"]["kernel"].shape == (config.ppo.network.cell_size, 8)
+    H = config.ppo.network.cell_size
+    for name in ("actor", "critic"):
+        assert params[name]["post_0"]["kernel"].shape == (H, 8)
+        assert params[name]["post_1"]["kernel"].shape == (8, 6)
+    assert params["critic"]["out"]["kernel"].shape == (6, 1)
+    assert (set(params["critic"]) == {"post_0", "post_1", "out"}) == shared
+    init = make_learner(config, sizes_lib.derive_sizes(config, 1),
+                        make_env("CartPole-v1", episode_length=20),
+                        sharding.make_layout(jax.devices()[:1])).agent.init_params(
+        jax.random.split(jax.random.PRNGKey(3), 3)[0])
+    for name in ("actor", "critic"):   # the value and policy losses reach those layers
+        assert max_rel_diff(params[name]["post_1"], init[name]["post_1"]) > 1e-3
     init = make_learner(config, sizes_lib.derive_sizes(config, 1),
                         make_env("CartPole-v1", episode_length=20),
                         sharding.make_layout(jax.devices()[:1])).agent.init_params(

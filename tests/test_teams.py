@@ -248,13 +248,17 @@ def test_vdn_samples_are_environments_and_their_q_the_agents_sum():
     T, E, A, F = 3, 2, 3, 4
     rng = np.random.default_rng(0)
     reward, next_q = rng.normal(size=(T, E * A)), rng.normal(size=(T, E * A))
-    done = np.repeat(rng.random((T, E)) < 0.5, A, axis=1)
+    done, end = (np.repeat(rng.random((T, E)) < 0.5, A, axis=1) for _ in range(2))
+    weight = np.repeat(rng.random((T, E)), A, axis=1)
     obs, action = rng.normal(size=(T, E * A, F)), rng.integers(0, 5, (T, E * A))
-    r, q, term, ends, w, o, a = team_samples(A, reward, next_q, done, done, None, obs, action)
+    r, q, term, ends, w, o, a = team_samples(A, reward, next_q, done, end, weight, obs, action)
     np.testing.assert_allclose(r, reward.reshape(T, E, A).sum(-1), rtol=1e-6)
     np.testing.assert_allclose(q, next_q.reshape(T, E, A).sum(-1), rtol=1e-6)
     np.testing.assert_array_equal(term, done[:, ::A])
-    assert w is None and o.shape == (T, E, A, F) and a.shape == (T, E, A)
+    np.testing.assert_array_equal(ends, end[:, ::A])
+    np.testing.assert_array_equal(w, weight[:, ::A])
+    assert team_samples(A, reward, next_q, done, end, None, obs, action)[4] is None
+    assert o.shape == (T, E, A, F) and a.shape == (T, E, A)
     np.testing.assert_array_equal(o[1, 1, 2], obs[1, 1 * A + 2])
 
     spec = envs.from_config(_vdn())

@@ -223,8 +223,9 @@ def _kernel(init: str, scale: float):
 
 class RecurrentMLP(nn.Module):
     """:class:`MLP`'s layers with a recurrent cell between the hidden layers and the output
-    layer (``head_hidden``: more hidden layers after the cell, before the output). The torso and the head are methods so a replay runs them batched over all steps;
-    the cell's parameters are flax's (names and initialisers: lecun inputs, orthogonal
+    layer (``head_hidden``: more hidden layers after the cell, before the output). The torso
+    and the head are methods so a replay runs them batched over all steps; the cell's
+    parameters are flax's (names and initialisers: lecun inputs, orthogonal
     recurrent kernels) and are stepped by :func:`cell_step`; ``log_std`` is the
     state-independent log std of a Gaussian actor (``log_std_dim`` > 0)."""
 
