@@ -177,6 +177,17 @@ def _ippo(**extra):
                                  **extra})
 
 
+def _two_updates(config, spec, n):
+    """Two updates of ``config`` on ``n`` devices: (parameters, metrics, an evaluation of
+    them), on the host."""
+    layout = sharding.make_layout(jax.devices()[:n])
+    programs = make_learner(config, sizes_lib.derive_sizes(config, n), spec, layout)
+    state, metrics = programs.update(programs.init(jax.random.PRNGKey(config.seed)), 2)
+    evaluation = programs.evaluate(state.train, jax.random.PRNGKey(0))
+    return (sharding.to_host(state.train.params), sharding.to_host(metrics),
+            sharding.to_host(evaluation))
+
+
 @pytest.mark.parametrize("cell,critic,env", [
     ("none", "local", SPREAD), ("gru", "local", SPREAD), ("none", "central", SPREAD),
     ("gru", "central", SPREAD), ("none", "central", "jaxmarl:SMAX")])
@@ -192,11 +203,8 @@ def test_ippo_and_mappo_same_parameters_on_1_and_2_devices(cell, critic, env):
     spec = envs.from_config(config)
     results = []
     for n in (1, 2):
-        layout = sharding.make_layout(jax.devices()[:n])
-        programs = make_learner(config, sizes_lib.derive_sizes(config, n), spec, layout)
-        state, metrics = programs.update(programs.init(jax.random.PRNGKey(config.seed)), 2)
-        results.append((sharding.to_host(state.train.params), sharding.to_host(metrics)))
-        evaluation = sharding.to_host(programs.evaluate(state.train, jax.random.PRNGKey(0)))
+        params, metrics, evaluation = _two_updates(config, spec, n)
+        results.append((params, metrics))
         assert np.isfinite(evaluation["return_mean"])
         assert evaluation["length_mean"] == 26 or env != SPREAD
         assert ("win_rate" in evaluation) == (env != SPREAD)   # SMAX's battles won
@@ -224,19 +232,13 @@ def test_pqn_teams_same_parameters_on_1_and_2_devices(mixer):
     spec = envs.from_config(config)
     results = []
     for n in (1, 2):
-        layout = sharding.make_layout(jax.devices()[:n])
-        programs = make_learner(config, sizes_lib.derive_sizes(config, n), spec, layout)
-        state, metrics = programs.update(programs.init(jax.random.PRNGKey(config.seed)), 2)
-        results.append(sharding.to_host(state.train.params))
-        evaluation = sharding.to_host(programs.evaluate(state.train, jax.random.PRNGKey(0)))
+        params, _, evaluation = _two_updates(config, spec, n)
+        results.append(params)
         assert np.isfinite(evaluation["return_mean"]) and evaluation["length_mean"] == 26
     for a, b in zip(jax.tree.leaves(results[0]), jax.tree.leaves(results[1])):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-7)
-    other = _vdn("none" if mixer == "vdn" else "vdn")
-    programs = make_learner(other, sizes_lib.derive_sizes(other, 1), spec,
-                            sharding.make_layout(jax.devices()[:1]))
-    state, _ = programs.update(programs.init(jax.random.PRNGKey(other.seed)), 2)
-    assert max_rel_diff(sharding.to_host(state.train.params), results[0]) > 1e-3
+    other, _, _ = _two_updates(_vdn("none" if mixer == "vdn" else "vdn"), spec, 1)
+    assert max_rel_diff(other, results[0]) > 1e-3
 
 
 def test_vdn_samples_are_environments_and_their_q_the_agents_sum():
