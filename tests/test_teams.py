@@ -81,6 +81,42 @@ def test_smax_defeat_is_a_termination_and_masks_are_stacked():
         unit_alive=state.state.unit_alive.at[3:].set(False)))))
 
 
+@pytest.mark.slow   # ~15 s: Overcooked's step compiles slowly
+def test_overcooked_steps_as_the_library_and_its_400_steps_are_a_truncation():
+    """``jaxmarl:overcooked`` with a layout name: two agents, each one's 4 x 5 x 26 grid
+    observation flattened, the library's per-agent rewards, and its 400-step limit a
+    truncation at the 400th step (never a termination: the kitchen has no other end)."""
+    import jaxmarl
+    from jaxmarl.environments.overcooked import overcooked_layouts
+
+    spec = envs.make_env("jaxmarl:overcooked", env_kwargs={"layout": "cramped_room"})
+    assert (spec.num_agents, spec.obs_shape, spec.action_dim) == (2, (520,), 6)
+    assert not spec.masked
+    lib = jaxmarl.make("overcooked", layout=overcooked_layouts["cramped_room"])
+    adapter = spec.adapter
+    state, _ = adapter.reset(jax.random.PRNGKey(0))
+
+    def both(states, x):   # the adapter and the library, one step each from the same state
+        key, action = x
+        out = adapter.step(key, states[0], action)
+        obs, lib_state, rewards, dones, _ = lib.step_env(
+            key, states[1], {a: action[i] for i, a in enumerate(lib.agents)})
+        lib_obs = jnp.stack([obs[a].astype(jnp.float32).reshape(-1) for a in lib.agents])
+        lib_reward = jnp.stack([rewards[a] for a in lib.agents])
+        return (out.state, lib_state), (out.obs, out.reward, out.terminated, out.truncated,
+                                        lib_obs, lib_reward, dones["__all__"])
+
+    keys = jax.random.split(jax.random.PRNGKey(1), 400)
+    actions = jax.random.randint(jax.random.PRNGKey(2), (400, 2), 0, 6)
+    _, (obs, reward, terminated, truncated, lib_obs, lib_reward, lib_done) = jax.jit(
+        lambda s: jax.lax.scan(both, (s, s), (keys, actions)))(state)
+    np.testing.assert_array_equal(obs, lib_obs)
+    np.testing.assert_array_equal(reward, lib_reward)
+    assert not np.asarray(terminated).any()
+    np.testing.assert_array_equal(truncated, np.arange(1, 401) == 400)
+    np.testing.assert_array_equal(lib_done, truncated)
+
+
 def test_rollout_rows_match_the_library_and_count_each_episode_once():
     """A rollout of 2 environments x 3 agents: rows e x 3 + a hold agent a of environment e
     (its observation, action, own reward as JaxMARL's step_env gives them), every row of an
