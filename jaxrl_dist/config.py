@@ -144,7 +144,8 @@ class Config:
     num_envs: int = _doc("GLOBAL number of parallel environments (split over devices)",
                          default=4)
     updates_per_call: int = _doc("updates fused into one compiled call (= logging interval); "
-                                 "lowered to a divisor of the run's updates if one is near",
+                                 "moved to a divisor of the run's updates within half or twice "
+                                 "it, so one program runs them all",
                                  default=10)
     checkpoint_every: int = _doc("updates between checkpoints; 0 = off (checkpoints are also "
                                  "saved at start, end and on preemption)", default=0)

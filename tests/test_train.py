@@ -192,3 +192,17 @@ def test_row_sps_is_training_speed_with_slow_evaluations_and_checkpoints(tmp_pat
     assert summary["sps"] < 26, summary["sps"]   # the loop's average does count the hooks
     assert sps.min() > 100, sps
     assert sps.max() < 20 * np.median(sps), sps   # and no spike
+
+
+def test_updates_per_call_is_a_divisor_near_the_one_asked_so_one_program_runs():
+    """A call count that does not divide the run's updates leaves a remainder call: a second
+    update program to compile (MPE spread's 2M steps, 976 updates at 50 a call: 19 calls of 50
+    and one of 26, 5 s more compile). The largest divisor in [wanted/2, wanted] is taken, else
+    the smallest up to 2 x wanted, else wanted itself (a prime count keeps its remainder).
+    Grouping changes no bits (param_fingerprint equal for 5, 8 and 16 a call on MPE, 2026-11-29)."""
+    from jaxrl_dist.sizes import choose_updates_per_call as choose
+
+    assert choose(976, 50) == 61 and choose(244, 50) == 61   # none in [25, 50]
+    assert choose(96, 10) == 8 and choose(100, 10) == 10      # at or below it first
+    assert choose(7, 10) == 7 and choose(241, 50) == 50       # the whole run; a prime count
+    assert choose(122, 4) == 2 and choose(61, 4) == 4         # a prime beyond 2 x 4: remainder
