@@ -63,6 +63,21 @@ def _stand_ins() -> None:
     sys.modules.update(hydra=hydra, omegaconf=omegaconf, wandb=wandb)
 
 
+def their_script(name: str, blob: str) -> list[dict]:
+    """Check that ``SRC/name`` is that script of JaxMARL c793d09 (its git blob), install the
+    stand-ins and make ``SRC`` importable; returns the list their per-update ``wandb.log``
+    dicts land in (one per seed per update), for the siblings whose metrics leave that way."""
+    path = SRC / name
+    if not path.exists() or _blob(path) != blob:
+        sys.exit(f"{path} is not {name} of JaxMARL c793d09 (git blob {blob})")
+    _stand_ins()
+    logged: list[dict] = []
+    sys.modules["wandb"].log = lambda d, *a, **k: logged.append(
+        {key: float(v) for key, v in d.items()})
+    sys.path.insert(0, str(SRC))
+    return logged
+
+
 def compile_and_run(make_train, config: dict) -> tuple[object, float, float]:
     """JaxMARL's ``main``: ``jit(vmap(make_train(config)))`` over ``NUM_SEEDS`` keys split from
     ``SEED``, compiled first so compile and run are timed apart: (its output, compile seconds,

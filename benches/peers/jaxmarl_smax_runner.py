@@ -38,7 +38,7 @@ import os
 import sys
 import time
 
-from jaxmarl_runner import SRC, _blob, _stand_ins, compile_and_run
+from jaxmarl_runner import compile_and_run, their_script
 
 # as in purejaxrl_runner.py (jaxlib 0.10.2's CPU runtime): without it the vmapped network init
 # (their orthogonal initialisers' batched QR, two LAPACK calls at once) deadlocks the 2-thread
@@ -85,14 +85,7 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=None)
     parser.add_argument("--eval-episodes", type=int, default=32)
     args = parser.parse_args()
-    path = SRC / "ippo_rnn_smax.py"
-    if not path.exists() or _blob(path) != BLOB:
-        sys.exit(f"{path} is not ippo_rnn_smax.py of JaxMARL c793d09 (git blob {BLOB})")
-    _stand_ins()
-    logged: list[dict] = []   # their per-update wandb.log dicts, one per seed per update
-    sys.modules["wandb"].log = lambda d, *a, **k: logged.append(
-        {k2: float(v) for k2, v in d.items()})
-    sys.path.insert(0, str(SRC))
+    logged = their_script("ippo_rnn_smax.py", BLOB)   # their wandb.log dicts
     start = time.perf_counter()
     import jax
     import jax.numpy as jnp

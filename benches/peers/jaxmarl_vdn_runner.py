@@ -71,7 +71,7 @@ import os
 import sys
 import time
 
-from jaxmarl_runner import SRC, _blob, _stand_ins, compile_and_run
+from jaxmarl_runner import compile_and_run, their_script
 
 # as in the siblings and our own trainer (protocol.CPU_SCHEDULER_FLAG): jaxlib 0.10.2's CPU
 # runtime can deadlock or idle in long programs on a 2-core machine without it. Scheduling
@@ -105,14 +105,7 @@ def main() -> None:
     parser.add_argument("--steps", type=float, default=2e6)
     parser.add_argument("--eval-episodes", type=int, default=64)
     args = parser.parse_args()
-    path = SRC / "pqn_vdn_ff.py"
-    if not path.exists() or _blob(path) != BLOB:
-        sys.exit(f"{path} is not pqn_vdn_ff.py of JaxMARL c793d09 (git blob {BLOB})")
-    _stand_ins()
-    logged: list[dict] = []   # their per-update wandb.log dicts, one per seed per update
-    sys.modules["wandb"].log = lambda d, *a, **k: logged.append(
-        {k2: float(v) for k2, v in d.items()})
-    sys.path.insert(0, str(SRC))
+    logged = their_script("pqn_vdn_ff.py", BLOB)   # their wandb.log dicts
     start = time.perf_counter()
     import jax
     import jax.numpy as jnp
