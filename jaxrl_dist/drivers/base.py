@@ -3,6 +3,7 @@ restore)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from typing import Any, Callable, NamedTuple, Sequence
 
@@ -22,12 +23,16 @@ class Ready(NamedTuple):
 
 
 class Seconds(dict):
-    """Seconds per program, summed over its parts; ``timed`` runs a call and adds its time."""
+    """Seconds per program, summed over its parts; ``timed`` runs a call and adds its time
+    (from the compile workers' threads too, hence the lock)."""
+
+    _lock = threading.Lock()
 
     def timed(self, name: str, fn: Callable, *args: Any) -> Any:
         begin = time.perf_counter()
         out = fn(*args)
-        self[name] = self.get(name, 0.0) + time.perf_counter() - begin
+        with self._lock:
+            self[name] = self.get(name, 0.0) + time.perf_counter() - begin
         return out
 
 

@@ -19,9 +19,11 @@ class FusedDriver(Driver):
     def compile_and_init(self, *, learner: Any, sizes: sizes_lib.Sizes, seed_keys: Any,
                          swept: Any, restore: Callable[[Any], tuple[Any, int]] | None,
                          eval_episodes: int, eval_deterministic: bool) -> Ready:
-        """Trace the programs, then compile them on a worker thread (XLA releases the GIL)
-        while this thread compiles and runs init and restores a checkpoint. The eval program
-        compiles on the worker too; it and init, which run once, compile at a cheaper level."""
+        """Trace the programs, then compile them on two worker threads (XLA releases the GIL)
+        while this thread compiles and runs init and restores a checkpoint. The evaluation
+        compiles beside the update (their serial phases, HLO passes and thunk emission,
+        overlap: MPE IPPO x 8 seeds 12.2 s against 14.6 s, median of 7 alternated pairs,
+        2026-11-29); it and init, which run once, compile at a cheaper level."""
         del eval_episodes, eval_deterministic   # compiled into learner.evaluate
         once = compile_cache.run_once_options(learner.layout.mesh.devices.flat)
         abstract = learner.abstract_state()
@@ -33,7 +35,7 @@ class FusedDriver(Driver):
         lowered_eval = seconds.timed("evaluate", learner.evaluate.lower, abstract.train,
                                      seed_keys, env_inputs.eval)
         lowered_exploit = seconds.timed("pbt", lower_exploit, learner, abstract)
-        pool = ThreadPoolExecutor(max_workers=1)
+        pool = ThreadPoolExecutor(max_workers=2)
         try:
             pending = {n: pool.submit(seconds.timed, "update", low.compile)
                        for n, low in lowered.items()}
