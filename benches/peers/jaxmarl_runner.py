@@ -36,6 +36,15 @@ import time
 import types
 from pathlib import Path
 
+# as in purejaxrl_runner.py (jaxlib 0.10.2's CPU runtime), for this runner and the siblings that
+# import it before jax: without it the vmapped network init (their orthogonal initialisers'
+# batched QR, two LAPACK calls at once) can deadlock the 2-thread pool of a 2-core machine (this
+# runner hung so once in 8 seeds x 40,960 steps, 2026-11-29). Scheduling only; the program is the
+# same, and the trainer it is compared with sets the same flag.
+if "concurrency_optimized_scheduler" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_"
+                               "concurrency_optimized_scheduler=false").strip()
+
 SRC = Path(__file__).resolve().parents[2] / ".bench" / "jaxmarl_src"
 BLOB = "15507c41986e70f13f2ea3c1df17b3b47f13ca99"   # ippo_ff_mpe.py at c793d09
 CONFIG = {   # baselines/IPPO/config/ippo_ff_mpe.yaml at c793d09 (blob 3ae66ce7)

@@ -40,12 +40,6 @@ import time
 
 from jaxmarl_runner import compile_and_run, their_script
 
-# as in purejaxrl_runner.py (jaxlib 0.10.2's CPU runtime): without it the vmapped network init
-# (their orthogonal initialisers' batched QR, two LAPACK calls at once) deadlocks the 2-thread
-# pool of a 2-core machine, before the first update. Scheduling only; the program is the same.
-if "concurrency_optimized_scheduler" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_"
-                               "concurrency_optimized_scheduler=false").strip()
 
 BLOB = "a707207375e1caee039169f446f9e04bd5a33cc4"   # ippo_rnn_smax.py at c793d09
 CONFIG = {   # baselines/IPPO/config/ippo_rnn_smax.yaml at c793d09 (blob f7ba0ae8)

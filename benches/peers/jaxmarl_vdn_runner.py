@@ -73,12 +73,6 @@ import time
 
 from jaxmarl_runner import compile_and_run, their_script
 
-# as in the siblings and our own trainer (protocol.CPU_SCHEDULER_FLAG): jaxlib 0.10.2's CPU
-# runtime can deadlock or idle in long programs on a 2-core machine without it. Scheduling
-# only; the program is the same.
-if "concurrency_optimized_scheduler" not in os.environ.get("XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_enable_"
-                               "concurrency_optimized_scheduler=false").strip()
 
 from jaxmarl_smax_runner import _stdout_to_stderr  # noqa: E402
 
