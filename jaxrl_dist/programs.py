@@ -19,7 +19,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh, PartitionSpec as P
 
-from jaxrl_dist import agents, compile_cache, keys, population, rollout
+from jaxrl_dist import agents, compile_cache, keys, packed, population, rollout
 from jaxrl_dist import pbt as pbt_lib
 from jaxrl_dist.agents.base import EPISODE_METRICS, Agent, check_aggregations, check_metrics
 from jaxrl_dist.config import Config
@@ -176,7 +176,8 @@ class Learner(NamedTuple):
 
     init: Callable[..., RunState]     # (seed key(s), swept hparams=None) -> RunState
     update: Any                       # jit: (RunState, n updates) -> (RunState, metrics
-                                      #   {name: [n]}); donates the state; static n
+                                      #   {name: [n]} as one packed.Packed array);
+                                      #   donates the state; static n
     learn: Any                        # jit: (train, data, Trajectory, key) -> (train, data,
                                       #   metrics): one update from given transitions
     collect: Any                      # jit: (train, actors, key) -> (actors, Trajectory)
@@ -445,7 +446,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
                 actors, trajectory = collect_smap(state.train, state.actors, k.act)
                 train, data, metrics = learn_smap(state.train._replace(key=k.next),
                                                   state.data, trajectory, k.learn)
-                return RunState(train, actors, data, ()), metrics
+                return RunState(train, actors, data, ()), packed.pack(metrics)
             return jax.lax.scan(step, state, None, length=num_updates)
 
         state_shardings = tuple(layout.sharding(x) for x in (layout.train, data_spec,
@@ -482,7 +483,7 @@ class _Bodies(NamedTuple):
     """One device's bodies of the programs (a population's vmapped over its members)."""
 
     init: Callable         # (seed key(s), swept, handles) -> RunState
-    update: Callable       # (RunState, n) -> (RunState, metrics [n])
+    update: Callable       # (RunState, n) -> (RunState, metrics [n], packed.Packed)
     learn: Callable        # (train, data, Trajectory, key) -> (train, data, metrics)
     collect: Callable      # (train, actors, key) -> (actors, Trajectory)
     learn_next: Callable   # (train, data, Trajectory) -> (train, data, metrics): host actors'
@@ -538,7 +539,8 @@ def _device_bodies(agent: Agent, learner: Agent, spec: EnvSpec, layout: Layout,
         window = pbt_lib.accumulate(state.pbt, pbt_lib.episode_sums(
             trajectory.steps.finished_return, trajectory.steps.finished_length, axis)
         ) if pbt else ()
-        return RunState(train, actors, data, window), metrics
+        # one vector an update (packed.Packed): the scan stacks one array, not one a metric
+        return RunState(train, actors, data, window), packed.pack(metrics)
 
     def update_local(state: RunState, num_updates: int):
         return jax.lax.scan(one_update, state, None, length=num_updates)

@@ -43,6 +43,7 @@ def train_seeds(config: Config, seeds: Sequence[int], *, env: Any = None,
     steps, returns, done, curves = [], [], 0, {}
     for n in sizes_lib.calls(sizes):
         state, metrics = learner.update(state, n)
+        metrics = jax.device_get(metrics)   # one packed array, read by name below
         done += n
         ret = np.asarray(metrics["episode_return_sum"]).sum(1)
         episodes = np.asarray(metrics["episodes"]).sum(1)

@@ -51,7 +51,7 @@ def build(run: Run, stats: list[tuple[float, str]], pbt_state: Any = None,
         "env": run.env_name, "status": run.status,
         "env_steps": run.updates_done * sizes.batch_size, "updates": run.updates_done,
         "wall_time_s": time.perf_counter() - run.start, "compile_time_s": run.compile_time,
-        "compile_programs_s": run.compile_programs,
+        "compile_programs_s": {k: round(v, 3) for k, v in dict(run.compile_programs).items()},
         "sps": steps_this_session * count / max(run.loop_time, 1e-9),
         **member_row(0),
         # when the evaluation above ran: the end, or earlier where the run stopped between them

@@ -155,7 +155,7 @@ def _ready(*, config: Config, parts: _Parts, opened: _RunDir, resume: bool, prog
               policy_record=policy_lib.record(config.algo,
                                               config_lib.to_dict(config)[config.algo],
                                               parts.spec),
-              compile_programs={k: round(v, 3) for k, v in ready.seconds.items()},
+              compile_programs=ready.seconds,   # live: a background compile adds to it
               device_kind=parts.device_kind, driver=parts.driver,
               watch=faults.DivergenceWatch(config.max_nonfinite_skips, parts.layout.members,
                                            programs.SKIPPED, tuple(EPISODE_METRICS),
@@ -395,8 +395,9 @@ def _calls(run: Run, hooks: HookTable, pending: list, flush, evaluate, loop_star
         if "evaluate" in fired or last_call:
             flush()                      # the eval is logged on its own update's row
         distributed.maybe_inject_fault(run.updates_done)
-        if time.perf_counter() - checked > CHECK_WRITES_S:   # a background save that
-            run.checkpointer.check()                          # failed ends the run now
+        if time.perf_counter() - checked > CHECK_WRITES_S:   # a background save or compile
+            run.checkpointer.check()                          # that failed ends the run now
+            getattr(run.evaluate, "check", lambda: None)()
             checked = time.perf_counter()
         if _should_stop(run, call_index, saved="checkpoint" in fired, flush=flush):
             break

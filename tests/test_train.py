@@ -206,3 +206,71 @@ def test_updates_per_call_is_a_divisor_near_the_one_asked_so_one_program_runs():
     assert choose(96, 10) == 8 and choose(100, 10) == 10      # at or below it first
     assert choose(7, 10) == 7 and choose(241, 50) == 50       # the whole run; a prime count
     assert choose(122, 4) == 2 and choose(61, 4) == 4         # a prime beyond 2 x 4: remainder
+
+
+def _slow_evaluation_compile(monkeypatch, before_compile):
+    """The evaluation program as built, but its compile first calls ``before_compile``."""
+    from jaxrl_dist import programs
+
+    real = programs.make_eval_program
+
+    class Lowered:
+        def __init__(self, lowered):
+            self.lowered = lowered
+
+        def compile(self, *args):
+            before_compile()
+            return self.lowered.compile(*args)
+
+    class Program:
+        def __init__(self, jitted):
+            self.jitted = jitted
+
+        def lower(self, *args):
+            return Lowered(self.jitted.lower(*args))
+
+        def __call__(self, *args):
+            return self.jitted(*args)
+
+    monkeypatch.setattr(programs, "make_eval_program",
+                        lambda *args, **kwargs: Program(real(*args, **kwargs)))
+
+
+def test_training_starts_before_the_evaluation_is_compiled(tmp_path, monkeypatch):
+    """The evaluation compiles in the background: its compile here waits until training has
+    logged a row (which it could not if the run waited for the compile first), and the final
+    evaluation waits for it."""
+    import time
+
+    rows = tmp_path / "run/metrics.jsonl"
+
+    def after_training_started():
+        deadline = time.monotonic() + 120
+        while not (rows.exists() and rows.read_text().strip()):
+            if time.monotonic() > deadline:
+                raise RuntimeError("training did not start before the evaluation compiled")
+            time.sleep(0.05)
+
+    _slow_evaluation_compile(monkeypatch, after_training_started)
+    config = config_lib.from_dict({**TINY, "eval_episodes": 2})
+    summary = train(config, tmp_path / "run", devices=jax.devices()[:1], progress=False)
+    assert summary["eval_return"] is not None and "evaluate" in summary["compile_programs_s"]
+
+
+def test_an_evaluation_that_fails_to_compile_ends_the_run_before_its_first_evaluation(
+        tmp_path, monkeypatch):
+    """A background compile's failure is raised at the next check of background work, not
+    after training to the first evaluation (here: the end of the run)."""
+    from jaxrl_dist import trainer as trainer_lib
+
+    def fail():
+        raise RuntimeError("the evaluation did not compile")
+
+    _slow_evaluation_compile(monkeypatch, fail)
+    monkeypatch.setattr(trainer_lib, "CHECK_WRITES_S", 0.0)   # check after every call
+    config = config_lib.from_dict({**TINY, "total_timesteps": 8 * 16 * 60,
+                                   "updates_per_call": 1, "eval_every": 0})
+    with pytest.raises(RuntimeError, match="did not compile"):
+        train(config, tmp_path / "run", devices=jax.devices()[:1], progress=False)
+    rows = (tmp_path / "run/metrics.jsonl").read_text().splitlines()
+    assert len(rows) < 60, len(rows)   # it stopped before the last of 60 updates

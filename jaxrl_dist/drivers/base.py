@@ -15,9 +15,11 @@ class Ready(NamedTuple):
 
     state: Any
     updates_done: int
-    compiled: dict[int, Any]   # updates per call -> (RunState) -> (RunState, metrics {name: [n]})
+    compiled: dict[int, Any]   # updates per call -> (RunState) -> (RunState, metrics {name: [n]}:
+                               #   a dict, or packed.Packed read as one)
     evaluate: Any              # (train, seed key(s), env inputs) -> {"return_mean", ...}
-    seconds: dict[str, float]  # per program: trace + lower, then compile
+    seconds: dict[str, float]  # per program: trace + lower, then compile (a program still
+                               #   compiling in the background adds its time when done)
     exploit: Any = None        # with PBT: (train, pbt, seed key, fitness) -> (train, pbt,
                                #   pbt.Round), compiled once for every round of the run
 
