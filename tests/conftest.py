@@ -167,6 +167,8 @@ SLOW = {
     "tests/test_stabilisers.py::test_kl_early_stop_skips_the_rest_of_the_update",
     "tests/test_stabilisers.py::test_stabilisers_are_topology_invariant_and_scheduled",
     "tests/test_train.py::test_row_sps_is_training_speed_with_slow_evaluations_and_checkpoints",
+    # (the background compile's other test, that training starts before it, stays in the tier)
+    "tests/test_train.py::test_an_evaluation_that_fails_to_compile_ends_the_run_before_its_first_evaluation",
     "tests/test_update.py::test_element_clipping_clips_each_gradient_element_and_is_topology_invariant",
     "tests/test_update.py::test_observation_normalisation_is_global",
     "tests/test_update.py::test_same_parameters_on_1_2_4_devices",
