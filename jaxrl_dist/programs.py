@@ -483,7 +483,7 @@ class _Bodies(NamedTuple):
     """One device's bodies of the programs (a population's vmapped over its members)."""
 
     init: Callable         # (seed key(s), swept, handles) -> RunState
-    update: Callable       # (RunState, n) -> (RunState, metrics [n], packed.Packed)
+    update: Callable       # (RunState, n) -> (RunState, metrics [n] as one packed.Packed)
     learn: Callable        # (train, data, Trajectory, key) -> (train, data, metrics)
     collect: Callable      # (train, actors, key) -> (actors, Trajectory)
     learn_next: Callable   # (train, data, Trajectory) -> (train, data, metrics): host actors'
