@@ -9,8 +9,8 @@ Measures what docs/benchmarks.md reports, by running the real command lines as s
   solve       time from command start to eval return >= target, through the launcher
   rejax       rejax's PPO and ours alternately on the same task and hyperparameters; rejax
               runs in its own virtual environment (.bench/rejax, created on first use)
-  kernels     XLA:CPU kernels per compiled program, ours and rejax's: a compile-cost measure
-              that does not drift with the VM (benches/kernels.py)
+  kernels     XLA:CPU kernels per compiled program, ours and rejax's (SAC on a host env: per env
+              step, beside sbx's): a compile-cost measure that does not drift (benches/kernels.py)
   results     learning results of the shipped configs (return reached, steps, wall, SPS)
   collectives latency of one cross-process all-reduce (gloo, 2 processes, pinned/unpinned)
   learning    final returns of ours and rejax on N seeds each (benches/learning.py)
@@ -107,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rejax-python", type=Path, help="rejax, kernels, learning, "
                         "population, accel: an interpreter that imports rejax 0.1.3 and gymnax "
                         "0.0.9 (default: .bench/rejax's, which rejax and kernels create)")
+    parser.add_argument("--sbx-python", type=Path, help="kernels (SAC on a host environment): "
+                        "an interpreter that imports sbx-rl 0.28 (default: the venv of "
+                        "benches/peers/sbx/make_venv.sh)")
     parser.add_argument("--tasks-host", nargs="+", default=["cartpole", "halfcheetah"],
                         choices=["cartpole", "halfcheetah"], help="host-throughput: tasks")
     parser.add_argument("--host-topologies", nargs="+",

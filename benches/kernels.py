@@ -7,6 +7,10 @@ trace of each compile (XLA's ``FusionCompiler::Compile`` events, one per kernel)
 time under the profiler is reported beside it. Ours: the init, update and evaluation programs
 of ``--config`` on one CPU device, lowered and compiled as the trainer does; rejax: its one ``train``
 program (init, updates and evaluation) on the same task and hyperparameters as ``bench rejax``.
+A SAC config on a host environment (``gymnasium:``) is counted per environment step instead:
+ours, every program an update dispatches (``learn_next``, ``unpack``, acting's ``prepare`` and
+``act``), beside sbx's SAC step (its ``_train`` at one gradient step and ``sample_action``) on
+the same task, in sbx's own venv (``benches/peers/sbx/make_venv.sh``).
 """
 
 from __future__ import annotations
@@ -81,43 +85,124 @@ REJAX_Q = COUNT + textwrap.dedent("""
 """)
 
 
-def count_ours(config: str, sets: list[str]) -> dict[str, dict[str, float]]:
-    """{program: {"kernels", "compile_s"}} of ours, counted in a fresh process."""
-    out = run_command([sys.executable, "-c", OURS, config, *sets], summary=False,
-                      XLA_FLAGS=CPU_SCHEDULER_FLAG, JAX_PLATFORMS="cpu")
+# ours on host environments: the programs one update of host actors dispatches
+OURS_HOST = COUNT + textwrap.dedent("""
+    import json, sys
+    import jax
+    from jaxrl_dist import actors, compile_cache, config as config_lib, sharding
+    from jaxrl_dist import sizes as sizes_lib
+    from jaxrl_dist.programs import make_learner
+    from jaxrl_dist.envs import from_config
+    compile_cache.install_rolled_threefry()   # as the trainer does, before anything lowers
+    config = config_lib.load(sys.argv[1], sys.argv[2:])
+    layout = sharding.make_layout(jax.devices()[:1])
+    sizes = sizes_lib.derive_sizes(config, layout.data_size)
+    spec = from_config(config, None, None)
+    learner = make_learner(config, sizes, spec, layout)
+    abstract = learner.abstract_state()
+    host = actors.HostActors(learner, spec, sizes, 1, True, jax.random.PRNGKey(config.seed), 0)
+    try:
+        programs = {"learn_next": learner.learn_next.lower(abstract.train, abstract.data,
+                                                           host.abstract_trajectory()),
+                    "unpack": host.unpack.lower(host.abstract_packed()),
+                    **host.lowered_acting()}
+        print(json.dumps({name: count(lowered) for name, lowered in programs.items()}))
+    finally:
+        host.close()
+""")
+
+# sbx's SAC with SB3's defaults on a Gymnasium task: the two programs an env step dispatches
+# once learning has started (one gradient step, then acting), lowered on real inputs
+SBX = COUNT + textwrap.dedent("""
+    import json, sys
+    import numpy as np
+    import sbx
+    from sbx.common.type_aliases import ReplayBufferSamplesNp
+    from stable_baselines3.common.env_util import make_vec_env
+    env_id, n_envs = sys.argv[1], int(sys.argv[2])
+    env = make_vec_env(env_id, n_envs=n_envs, seed=0)
+    model = sbx.SAC("MlpPolicy", env, learning_starts=10**9, seed=0, verbose=0)
+    model.learn(300)   # random actions into its replay, no gradient step
+    batch = model.batch_size
+    d = model.replay_buffer.sample(batch, env=None)   # as its train() converts a sample
+    data = ReplayBufferSamplesNp(d.observations.numpy(), d.actions.numpy(),
+                                 d.next_observations.numpy(), d.dones.numpy().flatten(),
+                                 d.rewards.numpy().flatten(),
+                                 np.full((batch,), model.gamma, np.float32))
+    cls = type(model)
+    train = cls.__dict__["_train"].__func__   # the jitted function under its classmethod
+    step = train.lower(cls, model.tau, model.target_entropy, 1, data, model.policy_delay,
+                       (model._n_updates + 1) % model.policy_delay, model.policy.qf_state,
+                       model.policy.actor_state, model.ent_coef_state, model.key)
+    obs = np.zeros((n_envs, *env.observation_space.shape), np.float32)
+    act = model.policy.sample_action.lower(model.policy.actor_state, obs, model.key)
+    print(json.dumps({"train": count(step), "sample_action": count(act)}))
+""")
+
+SBX_PYTHON = Path.home() / ".cache" / "jaxrl_dist" / "peers" / "sbx-venv" / "bin" / "python"
+
+
+def count_ours(config: str, sets: list[str], host: bool = False
+               ) -> dict[str, dict[str, float]]:
+    """{program: {"kernels", "compile_s"}} of ours, counted in a fresh process (``host``: the
+    programs of host actors)."""
+    out = run_command([sys.executable, "-c", OURS_HOST if host else OURS, config, *sets],
+                      summary=False, XLA_FLAGS=CPU_SCHEDULER_FLAG, JAX_PLATFORMS="cpu")
     return json.loads(out["stdout"].strip().splitlines()[-1])
+
+
+def sbx_python(args) -> Path:
+    """``--sbx-python``, else make_venv.sh's default venv; a one-line exit if it is missing."""
+    python = Path(args.sbx_python) if getattr(args, "sbx_python", None) else SBX_PYTHON
+    if not python.exists():
+        raise SystemExit(f"bench kernels: no sbx interpreter at {python}: make one with "
+                         f"`bash benches/peers/sbx/make_venv.sh` or pass --sbx-python")
+    return python
 
 
 def bench_kernels(args) -> tuple[list[dict], str]:
     """``--config``'s programs (PPO: CartPole at ``--steps``; a DQN, PQN or SAC config at its
     own budget, SAC set to rejax's Pendulum settings as ``bench rejax`` does) beside rejax's
-    train program for the same algorithm and its own config."""
+    train program for the same algorithm and its own config; a SAC config on a host
+    environment beside sbx's step (``--no-rejax``: ours only)."""
     from jaxrl_dist import config as config_lib
 
-    rejax = [] if args.no_rejax else [str(rejax_python(args, create=True))]
-    script = Path(tempfile.mkdtemp()) / "rejax_kernels.py"
-    algo = config_lib.load(args.config).algo
-    sets = list(args.set)
-    if algo in ("dqn", "pqn", "sac"):
+    script = Path(tempfile.mkdtemp()) / "peer_kernels.py"
+    loaded = config_lib.load(args.config, list(args.set))
+    algo, sets, host = loaded.algo, list(args.set), loaded.env.startswith("gymnasium:")
+    peer = "sbx" if host else "rejax"
+    if host and algo != "sac":
+        raise SystemExit(f"bench kernels compares SAC on a host environment with sbx's, not "
+                         f"algo {algo} (configs/mujoco_halfcheetah_sac.yaml is one)")
+    if args.no_rejax:
+        peer_cmd = []
+    elif host:
+        peer_cmd = [str(sbx_python(args))]
+    else:
+        peer_cmd = [str(rejax_python(args, create=True))]
+    if host:
+        script.write_text(SBX)
+        peer_args = [loaded.env.removeprefix("gymnasium:"), str(loaded.num_envs)]
+    elif algo in ("dqn", "pqn", "sac"):
         steps = config_lib.load(args.config, sets).total_timesteps
         script.write_text(REJAX_Q)
-        rejax_args = [algo, str(steps), str(PEERS)]
+        peer_args = [algo, str(steps), str(PEERS)]
         if algo == "sac":
             from benches.peers.rejax_configs import OURS_AS_REJAX_PENDULUM_SAC
             sets = [*OURS_AS_REJAX_PENDULUM_SAC, *sets]
     elif algo == "ppo":
         script.write_text(REJAX)
-        rejax_args = [str(args.steps)]
+        peer_args = [str(args.steps)]
     else:
         raise SystemExit(f"bench kernels compares ppo, dqn, pqn or sac configs with rejax's, "
                          f"not algo {algo}")
     runs: dict[tuple[str, str], list[dict]] = {}
     for i in range(args.repeats):   # alternated, like every timing here
-        got = {("ours", k): v for k, v in count_ours(args.config, sets).items()}
-        if rejax:
-            out = run_command([*rejax, str(script), *rejax_args], summary=False,
+        got = {("ours", k): v for k, v in count_ours(args.config, sets, host).items()}
+        if peer_cmd:   # the peer compiles under the same XLA flag as ours
+            out = run_command([*peer_cmd, str(script), *peer_args], summary=False,
                               XLA_FLAGS=CPU_SCHEDULER_FLAG, JAX_PLATFORMS="cpu")
-            got.update({("rejax", k): v for k, v in
+            got.update({(peer, k): v for k, v in
                         json.loads(out["stdout"].strip().splitlines()[-1]).items()})
         for key, value in got.items():
             runs.setdefault(key, []).append(value)
@@ -139,7 +224,9 @@ def bench_kernels(args) -> tuple[list[dict], str]:
                       f"{r['compile_s_median']:.1f} ({min(r['compile_s']):.1f}–"
                       f"{max(r['compile_s']):.1f}) |")
         if len(mine) > 1:
-            md.append(f"| {trainer} | **all programs** | {sum(r['kernels'][0] for r in mine)} | "
-                      f"{sum(r['compile_s_median'] for r in mine):.1f} (summed; the trainer "
-                      f"compiles them concurrently) |")
+            total = "**each env step**" if host else "**all programs**"
+            when = ("run once per env step at one step per update" if host else
+                    "the trainer compiles them concurrently")
+            md.append(f"| {trainer} | {total} | {sum(r['kernels'][0] for r in mine)} | "
+                      f"{sum(r['compile_s_median'] for r in mine):.1f} (summed; {when}) |")
     return rows, "\n".join(md)

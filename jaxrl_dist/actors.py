@@ -452,6 +452,18 @@ class HostActors:
             return state, self._stack(metrics)
         return run
 
+    def lowered_acting(self) -> dict[str, Any]:
+        """The acting programs lowered for this process's shapes: ``prepare`` (once per
+        update) and ``act`` (once per env step): with ``unpack`` and the learner's
+        ``learn_next``, every program an update of host environments dispatches (what ``bench
+        kernels`` counts beside sbx's step)."""
+        like = [jax.ShapeDtypeStruct(x.shape, x.dtype) for x in jax.tree.leaves(self.train_like)]
+        read = [like[i] for i in self._read]
+        acting, noise = jax.eval_shape(self._prepare, read, self.row_ids)
+        obs = jax.ShapeDtypeStruct(self._rows(self.obs).shape, self.obs.dtype)
+        return {"prepare": self._prepare.lower(read, self.row_ids),
+                "act": self._act.lower(acting, self.carry, obs, noise, self._steps[0])}
+
     def abstract_packed(self) -> jax.ShapeDtypeStruct:
         """:meth:`collect`'s result as a ShapeDtypeStruct (to compile ``unpack`` ahead)."""
         width = programs.packed_width(self.local_like)   # bytes per environment

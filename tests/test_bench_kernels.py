@@ -14,3 +14,17 @@ def test_counts_the_kernels_of_each_of_our_programs():
     # the update (rollout, GAE, SGD, statistics) is the largest program; none is empty
     assert got["update"]["kernels"] > got["evaluate"]["kernels"] > 0
     assert got["update"]["kernels"] > got["init"]["kernels"] > 0
+
+
+@pytest.mark.timeout(300)
+def test_counts_every_program_an_update_of_host_actors_dispatches():
+    pytest.importorskip("mujoco")
+    got = count_ours("configs/mujoco_halfcheetah_sac.yaml",
+                     ["total_timesteps=2000", "sac.learning_starts=1000",
+                      "sac.network.actor_hidden=[32]", "sac.network.critic_hidden=[32]"],
+                     host=True)
+    assert set(got) == {"learn_next", "unpack", "prepare", "act"}
+    for program in got.values():
+        assert isinstance(program["kernels"], int) and program["compile_s"] > 0
+    # the gradient step is the largest; acting one step is the smallest
+    assert got["learn_next"]["kernels"] > got["prepare"]["kernels"] > got["act"]["kernels"] > 0
