@@ -101,6 +101,7 @@ SLOW = {
     "tests/test_ale.py::test_two_processes_learn_what_one_process_with_two_devices_learns",
     "tests/test_bench_kernels.py::test_counts_the_kernels_of_each_of_our_programs",
     "tests/test_bench_kernels.py::test_counts_every_program_an_update_of_host_actors_dispatches",
+    "tests/test_teams.py::test_jaxmarl_is_imported_without_its_mabrax_environments",   # ~8 s
     "tests/test_compile_cache.py::test_run_once_programs_compile_cheaper_to_bitwise_the_same_results",
     "tests/test_compile_cache.py::test_second_run_reads_every_program_from_the_cache",
     "tests/test_env_suites.py::test_action_masks_are_never_violated",

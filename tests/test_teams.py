@@ -4,6 +4,10 @@ parameters on 1 and 2 devices, and bad input refused in one line."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -415,6 +419,8 @@ def test_per_agent_parameters_answer_each_row_with_its_agents_network(critic):
     ("configs/cartpole_pqn.yaml", ["pqn.mixer=vdn"],
      ["pqn.mixer=vdn sums the Q-values of a team's agents", "has one agent"]),
     ("configs/mpe_spread_vdn.yaml", ["pqn.mixer=qmix"], ["pqn.mixer must be one of none, vdn"]),
+    ("configs/mpe_spread_ippo.yaml", ["env=jaxmarl:ant_4x2"],
+     ["jaxmarl:ant_4x2: JaxMARL's MABrax environments", "are not supported"]),
 ])
 def test_bad_team_input_is_one_line_exit_2(config, sets, words, tmp_path, capsys):
     from helpers import bad_input_exits_2
@@ -422,6 +428,19 @@ def test_bad_team_input_is_one_line_exit_2(config, sets, words, tmp_path, capsys
     for s in sets:
         args += ["--set", s]
     bad_input_exits_2(args, words, tmp_path / "run", capsys)
+
+
+@pytest.mark.timeout(180)
+def test_jaxmarl_is_imported_without_its_mabrax_environments():
+    """jaxmarl's package imports every family; MABrax's (Brax, MJX, Warp) was half the time
+    of a run's start-up, for environments the adapter refuses."""
+    code = ("import sys; from jaxrl_dist.envs import registry; "
+            "registry.make_env('jaxmarl:MPE_simple_spread_v3'); "
+            "print(sorted(m for m in ('brax', 'jaxmarl.environments.mabrax') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=150, env={**os.environ, "JAX_PLATFORMS": "cpu"})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "[]"
 
 
 # 2 seeds of a recurrent IPPO as one population program on 2 devices: 20 updates of 4

@@ -36,6 +36,8 @@ from jaxrl_dist.errors import unknown_env
 from jaxrl_dist.quiet import muted
 
 SMAX_NAMES = ("SMAX", "HeuristicEnemySMAX")
+MABRAX = ("ant_4x2", "halfcheetah_6x1", "hopper_3x1", "humanoid_9|8", "walker2d_2x3")
+_MABRAX_MODULE = "jaxmarl.environments.mabrax"
 
 
 @contextlib.contextmanager
@@ -50,6 +52,26 @@ def _quiet() -> Iterator[None]:
             yield
     finally:
         sys.stdout, sys.stderr = streams
+
+
+def _import_jaxmarl() -> Any:
+    """jaxmarl, imported without its MABrax module (which :func:`make` refuses). Its package
+    imports every environment family, and MABrax's (Brax, MuJoCo MJX, Warp) was half of that
+    import's time (9.8 s -> 5.4 s on the 2-core VM under load): jaxmarl skips MABrax when
+    importing it fails (its ``MABRAX_AVAILABLE``), and ``None`` in ``sys.modules`` makes it
+    fail. Taken out again after, so the user's own code may still import MABrax."""
+    if "jaxmarl" in sys.modules:
+        return sys.modules["jaxmarl"]
+    block = _MABRAX_MODULE not in sys.modules
+    if block:
+        sys.modules[_MABRAX_MODULE] = None   # type: ignore[assignment]
+    try:
+        with _quiet():   # jaxmarl prints at import (two lines on stdout)
+            import jaxmarl
+    finally:
+        if block and sys.modules.get(_MABRAX_MODULE, 0) is None:
+            del sys.modules[_MABRAX_MODULE]
+    return jaxmarl
 
 
 def _steps_taken(state: Any) -> jax.Array:
@@ -115,8 +137,7 @@ class SMAXAdapter(JaxMARLAdapter):
 
 def _construct(name: str, kwargs: dict[str, Any]) -> Any:
     """The environment, with a map or layout named by a string as the baselines name them."""
-    import jaxmarl
-
+    jaxmarl = _import_jaxmarl()
     if name in SMAX_NAMES:
         from jaxmarl.environments.smax import HeuristicEnemySMAX, map_name_to_scenario
         scenario = kwargs.pop("scenario", "3m")
@@ -166,10 +187,11 @@ TEAMS = True   # make takes the run's team: section (envs.registry)
 def make(name: str, episode_length: int | None = None, team: Any = None,
          **kwargs: Any) -> EnvSpec:
     full = f"jaxmarl:{name}"
+    if name in MABRAX:   # Brax states, their own time limit and resets: not this adapter's
+        raise EnvError(f"{full}: JaxMARL's MABrax environments ({', '.join(MABRAX)}) are not "
+                       f"supported; its MPE, SMAX, Overcooked and other grid environments are")
     central = team is not None and team.critic == "central"
     agent_ids = team is not None and team.agent_ids
-    with _quiet():   # jaxmarl prints at import (two lines on stdout)
-        import jaxmarl  # noqa: F401
     if episode_length is not None:
         kwargs["max_steps"] = int(episode_length)
     env = _construct(name, dict(kwargs))
