@@ -159,6 +159,25 @@ def test_layers_after_the_cell_replay_the_rollout(shared):
     assert max_rel_diff(params["critic"]["post_0"], init["critic"]["post_0"]) > 1e-3
 
 
+@pytest.mark.parametrize("shared", [True, False])
+def test_the_layers_after_the_cell_start_orthogonal_at_their_gain(shared):
+    """``network.head_gain``: JaxMARL's recurrent baselines start the layer after the GRU at
+    orthogonal(2), every other hidden layer at sqrt 2 (the default here too)."""
+    def singular_values(**overrides):
+        config = _config(**{"ppo.network.shared": shared, "ppo.network.cell_size": 8,
+                            "ppo.network.head_hidden": [8], **overrides})
+        params = make_learner(config, sizes_lib.derive_sizes(config, 1),
+                              make_env("CartPole-v1", episode_length=20),
+                              sharding.make_layout(jax.devices()[:1])).agent.init_params(
+            jax.random.PRNGKey(3))
+        return {name: np.linalg.svd(np.asarray(params[name]["post_0"]["kernel"]))[1]
+                for name in ("actor", "critic")}
+    for name, values in singular_values().items():
+        np.testing.assert_allclose(values, np.sqrt(2), rtol=1e-5, err_msg=name)
+    for name, values in singular_values(**{"ppo.network.head_gain": 2.0}).items():
+        np.testing.assert_allclose(values, 2.0, rtol=1e-5, err_msg=name)
+
+
 @pytest.mark.slow
 def test_a_shared_cell_replays_the_rollout_on_1_and_2_devices():
     """``network.shared``: the critic is an output layer on the actor's cell, read from the
@@ -321,6 +340,7 @@ def test_hidden_velocities_observe_x_and_theta():
     ({"ppo.num_minibatches": 3}, ["ppo.num_minibatches (3) must divide", "= 4"]),
     ({"ppo.network.cell": "none", "ppo.network.head_hidden": [8]},
      ["ppo.network.head_hidden are layers after a recurrent cell", "actor_hidden"]),
+    ({"ppo.network.head_gain": 0.0}, ["ppo.network.head_gain must be > 0, got 0.0"]),
     ({"ppo.network.cell": "none", "ppo.network.shared": True},
      ["ppo.network.shared shares the actor's recurrent cell", "cell to gru or lstm"]),
 ])

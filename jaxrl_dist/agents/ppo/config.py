@@ -52,6 +52,9 @@ class NetworkConfig:
                                         "output layer, the actor's and the critic's own "
                                         "(JaxMARL's ActorCriticRNN: [128]); empty = none",
                                         default=())
+    head_gain: float = _doc("the orthogonal initialisation's gain of the head_hidden layers "
+                            "(sqrt 2, as every hidden layer's; JaxMARL's recurrent "
+                            "baselines: 2)", default=2 ** 0.5)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -162,6 +165,7 @@ def check(p: PPOConfig) -> None:
     require(not n.head_hidden or n.cell != "none",
             "ppo.network.head_hidden are layers after a recurrent cell: set ppo.network.cell "
             "to gru or lstm, or put the layers in actor_hidden / critic_hidden")
+    require(n.head_gain > 0, f"ppo.network.head_gain must be > 0, got {n.head_gain}")
     for name in ("actor_hidden", "critic_hidden", "head_hidden"):
         sizes = getattr(n, name)
         require(all(s >= 1 for s in sizes),

@@ -241,6 +241,7 @@ class RecurrentMLP(nn.Module):
     log_std_dim: int = 0
     inputs: tuple[int, int] | None = None   # the observation's features it reads (a slice)
     head_hidden: Sequence[int] = ()
+    head_gain: float = float(np.sqrt(2))
 
     def setup(self):
         self.convs = [nn.Conv(**layer, kernel_init=_kernel(self.weights, np.sqrt(2)),
@@ -250,7 +251,7 @@ class RecurrentMLP(nn.Module):
                       for size in self.hidden]
         self.rnn = (nn.GRUCell(self.cell_size) if self.cell == "gru"
                     else nn.OptimizedLSTMCell(self.cell_size))
-        self.post = [nn.Dense(size, kernel_init=_kernel(self.weights, np.sqrt(2)))
+        self.post = [nn.Dense(size, kernel_init=_kernel(self.weights, self.head_gain))
                      for size in self.head_hidden]
         self.out = nn.Dense(self.out_dim, kernel_init=_kernel(self.weights, self.out_scale))
         if self.log_std_dim:
@@ -288,9 +289,10 @@ class ValueHead(nn.Module):
     weights: str = "orthogonal"
     head_hidden: Sequence[int] = ()
     activation: str = "tanh"
+    head_gain: float = float(np.sqrt(2))
 
     def setup(self):
-        self.post = [nn.Dense(size, kernel_init=_kernel(self.weights, np.sqrt(2)))
+        self.post = [nn.Dense(size, kernel_init=_kernel(self.weights, self.head_gain))
                      for size in self.head_hidden]
         self.out = nn.Dense(1, kernel_init=_kernel(self.weights, 1.0))
 
@@ -400,14 +402,15 @@ def make_recurrent_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
     bounds = tanh_bounds(config, spec)
     scale = input_scale(spec.obs_dtype)
     cell = dict(cell=config.cell, cell_size=config.cell_size, conv=conv, weights=config.init,
-                scale=scale, head_hidden=config.head_hidden)
+                scale=scale, head_hidden=config.head_hidden, head_gain=config.head_gain)
     shared = config.shared
     reads_actor, reads_critic = inputs_of(config, spec)
     modules = {
         "actor": RecurrentMLP(config.actor_hidden, spec.action_dim, config.activation, 0.01,
                               log_std_dim=spec.action_dim if spec.continuous else 0,
                               inputs=reads_actor, **cell),
-        "critic": (ValueHead(config.init, config.head_hidden, config.activation) if shared else
+        "critic": (ValueHead(config.init, config.head_hidden, config.activation,
+                             config.head_gain) if shared else
                    RecurrentMLP(config.critic_hidden, 1, config.activation, 1.0,
                                 inputs=reads_critic, **cell))}
     dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
