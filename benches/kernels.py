@@ -22,7 +22,7 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from benches.common import run_command
+from benches.common import VENVS, run_command
 from benches.rejax import PEERS, REJAX_CARTPOLE, rejax_python
 from jaxrl_dist.protocol import CPU_SCHEDULER_FLAG
 
@@ -112,7 +112,8 @@ OURS_HOST = COUNT + textwrap.dedent("""
 """)
 
 # sbx's SAC with SB3's defaults on a Gymnasium task: the two programs an env step dispatches
-# once learning has started (one gradient step, then acting), lowered on real inputs
+# once learning has started (one gradient step, then acting), lowered on real inputs; not
+# counted: the eager jax.random.split of its reset_noise each step (one small program)
 SBX = COUNT + textwrap.dedent("""
     import json, sys
     import numpy as np
@@ -139,7 +140,9 @@ SBX = COUNT + textwrap.dedent("""
     print(json.dumps({"train": count(step), "sample_action": count(act)}))
 """)
 
-SBX_PYTHON = Path.home() / ".cache" / "jaxrl_dist" / "peers" / "sbx-venv" / "bin" / "python"
+# make_venv.sh's default venv, or the checkout's .bench/sbx (as .bench/rejax) where one was made
+SBX_PYTHONS = (VENVS / "sbx" / "bin" / "python",
+               Path.home() / ".cache" / "jaxrl_dist" / "peers" / "sbx-venv" / "bin" / "python")
 
 
 def count_ours(config: str, sets: list[str], host: bool = False
@@ -152,12 +155,15 @@ def count_ours(config: str, sets: list[str], host: bool = False
 
 
 def sbx_python(args) -> Path:
-    """``--sbx-python``, else make_venv.sh's default venv; a one-line exit if it is missing."""
-    python = Path(args.sbx_python) if getattr(args, "sbx_python", None) else SBX_PYTHON
-    if not python.exists():
-        raise SystemExit(f"bench kernels: no sbx interpreter at {python}: make one with "
-                         f"`bash benches/peers/sbx/make_venv.sh` or pass --sbx-python")
-    return python
+    """``--sbx-python``, else .bench/sbx's or make_venv.sh's default venv; a one-line exit if
+    there is none."""
+    given = getattr(args, "sbx_python", None)
+    for python in [Path(given)] if given else SBX_PYTHONS:
+        if python.exists():
+            return python
+    looked = " or ".join(str(p) for p in ([given] if given else SBX_PYTHONS))
+    raise SystemExit(f"bench kernels: no sbx interpreter ({looked}): make one with "
+                     f"`bash benches/peers/sbx/make_venv.sh` or pass --sbx-python")
 
 
 def bench_kernels(args) -> tuple[list[dict], str]:
@@ -168,12 +174,20 @@ def bench_kernels(args) -> tuple[list[dict], str]:
     from jaxrl_dist import config as config_lib
 
     script = Path(tempfile.mkdtemp()) / "peer_kernels.py"
+    from jaxrl_dist.envs import registry
+
     loaded = config_lib.load(args.config, list(args.set))
-    algo, sets, host = loaded.algo, list(args.set), loaded.env.startswith("gymnasium:")
+    suite = registry.parse(loaded.env)[0]
+    algo, sets, host = loaded.algo, list(args.set), suite == "gymnasium"
     peer = "sbx" if host else "rejax"
-    if host and algo != "sac":
-        raise SystemExit(f"bench kernels compares SAC on a host environment with sbx's, not "
-                         f"algo {algo} (configs/mujoco_halfcheetah_sac.yaml is one)")
+    if suite == "pettingzoo" or (host and algo != "sac"):
+        raise SystemExit(f"bench kernels compares SAC on a Gymnasium environment with sbx's, "
+                         f"not algo {algo} on {loaded.env} (configs/mujoco_halfcheetah_sac.yaml "
+                         f"is one)")
+    if host and (loaded.sac.num_steps, loaded.sac.utd) != (1, 1):
+        raise SystemExit(f"bench kernels counts a host SAC env step as one update (sac.num_steps "
+                         f"1, sac.utd 1, as sbx's step), got num_steps {loaded.sac.num_steps}, "
+                         f"utd {loaded.sac.utd}")
     if args.no_rejax:
         peer_cmd = []
     elif host:

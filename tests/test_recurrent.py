@@ -340,7 +340,8 @@ def test_hidden_velocities_observe_x_and_theta():
     ({"ppo.num_minibatches": 3}, ["ppo.num_minibatches (3) must divide", "= 4"]),
     ({"ppo.network.cell": "none", "ppo.network.head_hidden": [8]},
      ["ppo.network.head_hidden are layers after a recurrent cell", "actor_hidden"]),
-    ({"ppo.network.head_gain": 0.0}, ["ppo.network.head_gain must be > 0, got 0.0"]),
+    ({"ppo.network.head_gain": 0.0}, ["ppo.network.head_gain must be a finite number > 0"]),
+    ({"ppo.network.head_gain": float("inf")}, ["ppo.network.head_gain must be", "got inf"]),
     ({"ppo.network.cell": "none", "ppo.network.shared": True},
      ["ppo.network.shared shares the actor's recurrent cell", "cell to gru or lstm"]),
 ])

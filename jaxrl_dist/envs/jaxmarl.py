@@ -59,7 +59,9 @@ def _import_jaxmarl() -> Any:
     imports every environment family, and MABrax's (Brax, MuJoCo MJX, Warp) was half of that
     import's time (9.8 s -> 5.4 s on the 2-core VM under load): jaxmarl skips MABrax when
     importing it fails (its ``MABRAX_AVAILABLE``), and ``None`` in ``sys.modules`` makes it
-    fail. Taken out again after, so the user's own code may still import MABrax."""
+    fail. Taken out again after, so the module itself can still be imported; but jaxmarl,
+    once imported this way, has no MABrax in its registry: a program that needs
+    ``jaxmarl.make("ant_4x2")`` beside jaxrl_dist imports jaxmarl itself first."""
     if "jaxmarl" in sys.modules:
         return sys.modules["jaxmarl"]
     block = _MABRAX_MODULE not in sys.modules
@@ -149,7 +151,8 @@ def _construct(name: str, kwargs: dict[str, Any]) -> Any:
                                f"3s5z, 5m_vs_6m (JaxMARL's SMAX maps)") from None
         return HeuristicEnemySMAX(scenario=scenario, **kwargs)
     if name not in jaxmarl.registered_envs:
-        raise unknown_env("JaxMARL", name, jaxmarl.registered_envs, "jaxmarl:")
+        raise unknown_env("JaxMARL", name, [n for n in jaxmarl.registered_envs
+                                            if n not in MABRAX], "jaxmarl:")
     if name == "overcooked" and isinstance(kwargs.get("layout"), str):
         from jaxmarl.environments.overcooked import overcooked_layouts
         layout = kwargs["layout"]

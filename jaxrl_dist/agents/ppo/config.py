@@ -4,6 +4,8 @@ CLI reads and checks a config before jax is imported."""
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 
 from jaxrl_dist.agents.algorithm import Algorithm, sweep_keys
@@ -54,7 +56,8 @@ class NetworkConfig:
                                         default=())
     head_gain: float = _doc("the orthogonal initialisation's gain of the head_hidden layers "
                             "(sqrt 2, as every hidden layer's; JaxMARL's recurrent "
-                            "baselines: 2)", default=2 ** 0.5)
+                            "baselines: 2); unused with init: lecun or no head_hidden",
+                            default=2 ** 0.5)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -165,7 +168,8 @@ def check(p: PPOConfig) -> None:
     require(not n.head_hidden or n.cell != "none",
             "ppo.network.head_hidden are layers after a recurrent cell: set ppo.network.cell "
             "to gru or lstm, or put the layers in actor_hidden / critic_hidden")
-    require(n.head_gain > 0, f"ppo.network.head_gain must be > 0, got {n.head_gain}")
+    require(math.isfinite(n.head_gain) and n.head_gain > 0,
+            f"ppo.network.head_gain must be a finite number > 0, got {n.head_gain}")
     for name in ("actor_hidden", "critic_hidden", "head_hidden"):
         sizes = getattr(n, name)
         require(all(s >= 1 for s in sizes),
