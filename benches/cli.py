@@ -107,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--rejax-python", type=Path, help="rejax, kernels, learning, "
                         "population, accel: an interpreter that imports rejax 0.1.3 and gymnax "
                         "0.0.9 (default: .bench/rejax's, which rejax and kernels create)")
+    parser.add_argument("--by-op", type=int, default=0, metavar="DEPTH",
+                        help="kernels: also group each program's kernels by the first DEPTH "
+                        "parts of the JAX op name they come from (e.g. 6)")
     parser.add_argument("--sbx-python", type=Path, help="kernels (SAC on a host environment): "
                         "an interpreter that imports sbx-rl 0.28 (default: the venv of "
                         "benches/peers/sbx/make_venv.sh)")

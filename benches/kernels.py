@@ -28,19 +28,32 @@ from jaxrl_dist.protocol import CPU_SCHEDULER_FLAG
 
 COUNT = textwrap.dedent("""
     def count(lowered, options=None):
-        import glob, gzip, json, tempfile, time, jax
+        import collections, glob, gzip, json, os, re, tempfile, time, jax
         with tempfile.TemporaryDirectory() as tmp:
             start = time.perf_counter()
             with jax.profiler.trace(tmp, create_perfetto_trace=True):
-                lowered.compile(options)
+                compiled = lowered.compile(options)
             seconds = time.perf_counter() - start
             path, = glob.glob(f"{tmp}/**/*.trace.json.gz", recursive=True)
             with gzip.open(path) as f:
                 events = json.load(f)
         events = events["traceEvents"] if isinstance(events, dict) else events
-        kernels = sum(1 for e in events
-                      if e.get("ph") == "X" and e.get("name") == "FusionCompiler::Compile")
-        return {"kernels": kernels, "compile_s": seconds}
+        modules = [e.get("args", {}).get("module", "") for e in events
+                   if e.get("ph") == "X" and e.get("name") == "FusionCompiler::Compile"]
+        out = {"kernels": len(modules), "compile_s": seconds}
+        depth = int(os.environ.get("KERNELS_BY_OP", "0"))
+        if depth:   # each kernel's module named after its HLO instruction: its op_name's prefix
+            op = dict(re.findall(r'%?([\\w.-]+) = [^\\n]*?op_name="([^"]+)"', compiled.as_text()))
+            groups = collections.Counter()
+            for module in modules:
+                name = module.removesuffix("_kernel_module")
+                names = (name, name.removeprefix("wrapped_"))
+                candidates = [*names, *(re.sub(r"_(\\d+)$", r".\\1", n) for n in names)]
+                where = next((op[c] for c in candidates if c in op), None)
+                groups["(no op name)" if where is None
+                       else "/".join(where.split("/")[:depth])] += 1
+            out["by_op"] = dict(groups.most_common())
+        return out
 """)
 
 OURS = COUNT + textwrap.dedent("""
@@ -145,12 +158,14 @@ SBX_PYTHONS = (VENVS / "sbx" / "bin" / "python",
                Path.home() / ".cache" / "jaxrl_dist" / "peers" / "sbx-venv" / "bin" / "python")
 
 
-def count_ours(config: str, sets: list[str], host: bool = False
+def count_ours(config: str, sets: list[str], host: bool = False, by_op: int = 0
                ) -> dict[str, dict[str, float]]:
     """{program: {"kernels", "compile_s"}} of ours, counted in a fresh process (``host``: the
-    programs of host actors)."""
+    programs of host actors; ``by_op``: also "by_op", the kernels grouped by the first
+    ``by_op`` parts of the JAX op name they were compiled for)."""
     out = run_command([sys.executable, "-c", OURS_HOST if host else OURS, config, *sets],
-                      summary=False, XLA_FLAGS=CPU_SCHEDULER_FLAG, JAX_PLATFORMS="cpu")
+                      summary=False, XLA_FLAGS=CPU_SCHEDULER_FLAG, JAX_PLATFORMS="cpu",
+                      KERNELS_BY_OP=str(by_op))
     return json.loads(out["stdout"].strip().splitlines()[-1])
 
 
@@ -174,6 +189,7 @@ def bench_kernels(args) -> tuple[list[dict], str]:
     from jaxrl_dist import config as config_lib
 
     script = Path(tempfile.mkdtemp()) / "peer_kernels.py"
+    by_op = getattr(args, "by_op", 0) or 0
     from jaxrl_dist.envs import registry
 
     loaded = config_lib.load(args.config, list(args.set))
@@ -212,10 +228,11 @@ def bench_kernels(args) -> tuple[list[dict], str]:
                          f"not algo {algo}")
     runs: dict[tuple[str, str], list[dict]] = {}
     for i in range(args.repeats):   # alternated, like every timing here
-        got = {("ours", k): v for k, v in count_ours(args.config, sets, host).items()}
+        got = {("ours", k): v for k, v in count_ours(args.config, sets, host, by_op).items()}
         if peer_cmd:   # the peer compiles under the same XLA flag as ours
             out = run_command([*peer_cmd, str(script), *peer_args], summary=False,
-                              XLA_FLAGS=CPU_SCHEDULER_FLAG, JAX_PLATFORMS="cpu")
+                              XLA_FLAGS=CPU_SCHEDULER_FLAG, JAX_PLATFORMS="cpu",
+                              KERNELS_BY_OP=str(by_op))
             got.update({(peer, k): v for k, v in
                         json.loads(out["stdout"].strip().splitlines()[-1]).items()})
         for key, value in got.items():
@@ -228,7 +245,8 @@ def bench_kernels(args) -> tuple[list[dict], str]:
         kernels = sorted({v["kernels"] for v in values})
         times = [v["compile_s"] for v in values]
         rows.append({"trainer": trainer, "program": program, "kernels": kernels,
-                     "compile_s": times, "compile_s_median": statistics.median(times)})
+                     "compile_s": times, "compile_s_median": statistics.median(times),
+                     **({"by_op": values[0]["by_op"]} if "by_op" in values[0] else {})})
     md = ["| trainer | program | XLA kernels | compile s under the profiler, median (min–max) |",
           "|---|---|---|---|"]
     for trainer in dict.fromkeys(r["trainer"] for r in rows):
@@ -243,4 +261,9 @@ def bench_kernels(args) -> tuple[list[dict], str]:
                     "the trainer compiles them concurrently")
             md.append(f"| {trainer} | {total} | {sum(r['kernels'][0] for r in mine)} | "
                       f"{sum(r['compile_s_median'] for r in mine):.1f} (summed; {when}) |")
+    for r in rows:   # --by-op: where each program's kernels come from (the first repeat's)
+        if "by_op" in r:
+            md += ["", f"{r['trainer']} {r['program']}: kernels by op name (first {by_op} "
+                       f"parts; the 15 largest groups)", ""]
+            md += [f"    {n:4d}  {where}" for where, n in list(r["by_op"].items())[:15]]
     return rows, "\n".join(md)

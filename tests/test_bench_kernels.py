@@ -7,10 +7,15 @@ from benches.kernels import count_ours
 
 @pytest.mark.timeout(300)
 def test_counts_the_kernels_of_each_of_our_programs():
-    got = count_ours("configs/cartpole.yaml", ["total_timesteps=4096", "updates_per_call=2"])
+    got = count_ours("configs/cartpole.yaml", ["total_timesteps=4096", "updates_per_call=2"],
+                     by_op=4)
     assert set(got) == {"init", "update", "evaluate"}
-    for program in got.values():
+    for name, program in got.items():
         assert isinstance(program["kernels"], int) and program["compile_s"] > 0
+        # --by-op: every kernel in one group, most of them traced to the op they compute
+        assert sum(program["by_op"].values()) == program["kernels"]
+        named = sum(n for where, n in program["by_op"].items() if where.startswith("jit("))
+        assert named > program["kernels"] / 2, (name, program["by_op"])
     # the update (rollout, GAE, SGD, statistics) is the largest program; none is empty
     assert got["update"]["kernels"] > got["evaluate"]["kernels"] > 0
     assert got["update"]["kernels"] > got["init"]["kernels"] > 0
