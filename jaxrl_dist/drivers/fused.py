@@ -31,18 +31,19 @@ class FusedDriver(Driver):
         abstract = learner.abstract_state()
         call_sizes = set(sizes_lib.calls(sizes))   # a resume off this grid compiles more below
         seconds = Seconds()
-        lowered = {n: seconds.timed("update", learner.update.lower, abstract, n)
-                   for n in sorted(call_sizes)}
         env_inputs = learner.env_inputs
-        lowered_eval = seconds.timed("evaluate", learner.evaluate.lower, abstract.train,
-                                     seed_keys, env_inputs.eval)
-        lowered_exploit = seconds.timed("pbt", lower_exploit, learner, abstract)
         pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="compile")
-        try:
-            pending = {n: pool.submit(seconds.timed, "update", low.compile)
-                       for n, low in lowered.items()}
+        try:   # each program compiles as soon as it is lowered: the update's compile runs
+            # while this thread traces the evaluation (its Python holds the GIL, XLA not)
+            pending = {}
+            for n in sorted(call_sizes):
+                low = seconds.timed("update", learner.update.lower, abstract, n)
+                pending[n] = pool.submit(seconds.timed, "update", low.compile)
+            lowered_eval = seconds.timed("evaluate", learner.evaluate.lower, abstract.train,
+                                         seed_keys, env_inputs.eval)
             evaluate = Deferred(pool.submit(seconds.timed, "evaluate", lowered_eval.compile,
                                             once))
+            lowered_exploit = seconds.timed("pbt", lower_exploit, learner, abstract)
             pending_exploit = None if lowered_exploit is None else pool.submit(
                 seconds.timed, "pbt", lowered_exploit.compile)
             state, updates_done = init_or_restore(learner, seed_keys, swept, restore)
