@@ -56,7 +56,8 @@ COUNT = textwrap.dedent("""
         return out
 """)
 
-OURS = COUNT + textwrap.dedent("""
+# ours: --config's learner on one CPU device, built as the trainer builds it
+SETUP = textwrap.dedent("""
     import json, sys
     import jax
     from jaxrl_dist import compile_cache, config as config_lib, sharding, sizes as sizes_lib
@@ -66,8 +67,12 @@ OURS = COUNT + textwrap.dedent("""
     config = config_lib.load(sys.argv[1], sys.argv[2:])
     layout = sharding.make_layout(jax.devices()[:1])
     sizes = sizes_lib.derive_sizes(config, layout.data_size)
-    learner = make_learner(config, sizes, from_config(config, None, None), layout)
+    spec = from_config(config, None, None)
+    learner = make_learner(config, sizes, spec, layout)
     abstract = learner.abstract_state()
+""")
+
+OURS = COUNT + SETUP + textwrap.dedent("""
     key = jax.random.PRNGKey(config.seed)
     once = compile_cache.run_once_options(layout.mesh.devices.flat)   # as the trainer does
     update = learner.update.lower(abstract, sizes.updates_per_call)   # threefry unrolled
@@ -99,20 +104,8 @@ REJAX_Q = COUNT + textwrap.dedent("""
 
 
 # ours on host environments: the programs one update of host actors dispatches
-OURS_HOST = COUNT + textwrap.dedent("""
-    import json, sys
-    import jax
-    from jaxrl_dist import actors, compile_cache, config as config_lib, sharding
-    from jaxrl_dist import sizes as sizes_lib
-    from jaxrl_dist.programs import make_learner
-    from jaxrl_dist.envs import from_config
-    compile_cache.install_rolled_threefry()   # as the trainer does, before anything lowers
-    config = config_lib.load(sys.argv[1], sys.argv[2:])
-    layout = sharding.make_layout(jax.devices()[:1])
-    sizes = sizes_lib.derive_sizes(config, layout.data_size)
-    spec = from_config(config, None, None)
-    learner = make_learner(config, sizes, spec, layout)
-    abstract = learner.abstract_state()
+OURS_HOST = COUNT + SETUP + textwrap.dedent("""
+    from jaxrl_dist import actors
     host = actors.HostActors(learner, spec, sizes, 1, True, jax.random.PRNGKey(config.seed), 0)
     try:
         programs = {"learn_next": learner.learn_next.lower(abstract.train, abstract.data,
@@ -193,7 +186,7 @@ def bench_kernels(args) -> tuple[list[dict], str]:
     from jaxrl_dist.envs import registry
 
     loaded = config_lib.load(args.config, list(args.set))
-    suite = registry.parse(loaded.env)[0]
+    suite, env_name = registry.parse(loaded.env)
     algo, sets, host = loaded.algo, list(args.set), suite == "gymnasium"
     peer = "sbx" if host else "rejax"
     if suite == "pettingzoo" or (host and algo != "sac"):
@@ -212,9 +205,9 @@ def bench_kernels(args) -> tuple[list[dict], str]:
         peer_cmd = [str(rejax_python(args, create=True))]
     if host:
         script.write_text(SBX)
-        peer_args = [loaded.env.removeprefix("gymnasium:"), str(loaded.num_envs)]
+        peer_args = [env_name, str(loaded.num_envs)]
     elif algo in ("dqn", "pqn", "sac"):
-        steps = config_lib.load(args.config, sets).total_timesteps
+        steps = loaded.total_timesteps
         script.write_text(REJAX_Q)
         peer_args = [algo, str(steps), str(PEERS)]
         if algo == "sac":
