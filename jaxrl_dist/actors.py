@@ -64,6 +64,25 @@ def learner_devices(overlap: bool, devices: Any = None) -> tuple[Any, Any]:
     return [d for d in devices if d not in last.values()], last[jax.process_index()]
 
 
+def process_block(sharding: jax.sharding.Sharding, members: int, total: int
+                  ) -> tuple[tuple[int, int], tuple[int, int]]:
+    """A population's: the members ``[m0, m1)`` and, of each, the environments ``[start,
+    stop)`` this process's devices hold of ``[members, total]`` (one block: a process's
+    devices are contiguous in the mesh's order; a layout that splits a process across
+    member rows unevenly is refused)."""
+    held = np.zeros((members, total), bool)
+    for index in sharding.addressable_devices_indices_map((members, total)).values():
+        held[index[0], index[1]] = True
+    rows, cols = np.flatnonzero(held.any(1)), np.flatnonzero(held.any(0))
+    m0, m1, start, stop = rows[0], rows[-1] + 1, cols[0], cols[-1] + 1
+    if not held[m0:m1, start:stop].all() or held.sum() != (m1 - m0) * (stop - start):
+        from jaxrl_dist.errors import ConfigError
+        raise ConfigError("a population on host environments needs each process's devices to "
+                          "hold whole blocks of members: set population.member_devices so "
+                          "that it divides or is a multiple of the devices per process")
+    return (int(m0), int(m1)), (int(start), int(stop))
+
+
 def process_rows(sharding: jax.sharding.Sharding, total: int) -> tuple[int, int]:
     """The global indices ``[start, stop)`` this process's devices hold of ``total`` rows."""
     spans = sorted(index[0].indices(total)[:2]
@@ -153,8 +172,19 @@ class HostActors:
         layout = learner.layout
         sharding = layout.sharding(layout.envs)
         self.num_envs = sizes.local_envs * layout.data_size
-        self.start, self.stop = process_rows(sharding, self.num_envs)
-        self.eval_start, self.eval_stop = process_rows(sharding, eval_episodes)
+        # a population: this process's members [m0, m1), each with the same environment rows
+        # (the member axis leads every array; host-side arrays hold member-major rows)
+        self.members = layout.members
+        if self.members:
+            (self.m0, self.m1), (self.start, self.stop) = process_block(
+                sharding, self.members, self.num_envs)
+            _, (self.eval_start, self.eval_stop) = process_block(sharding, self.members,
+                                                                 eval_episodes)
+        else:
+            self.m0, self.m1 = 0, 1
+            self.start, self.stop = process_rows(sharding, self.num_envs)
+            self.eval_start, self.eval_stop = process_rows(sharding, eval_episodes)
+        self.Ml = self.m1 - self.m0   # members acted for here (1: a single run)
         self.T = self.agent.steps_per_env
         self.drop = learner.drop_nonfinite   # env_nonfinite: reset
         # acting between updates on a local device of the mesh, or (overlapped) on its own
@@ -165,10 +195,14 @@ class HostActors:
         # synchronous on a one-device mesh: acting reads the train state where it is
         self.on_mesh_device = not self.overlap and layout.mesh.devices.size == 1
         self.deterministic = deterministic
-        self.seed_key = np.asarray(seed_key)
+        # each member's seed key [Ml, 2] (a single run's: [1, 2])
+        self.seed_keys = (np.asarray(layout.to_host(seed_key))[self.m0:self.m1]
+                          if self.members else np.asarray(seed_key)[None])
         self.obs_sharding = sharding
-        # the train state's shapes, one device's (traced once: init's eval_shape is not free)
-        self.train_like = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+        # the train state's shapes, one device's one member's (traced once: init's eval_shape
+        # is not free)
+        lead = 1 if self.members else 0
+        self.train_like = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[lead:], x.dtype),
                                        learner.abstract_state().train)
         self._compile_local()
         # the rows become a trajectory on each device, then learn_next (the driver compiles
@@ -176,7 +210,8 @@ class HostActors:
         self.local_like = self.trajectory_like(sizes.local_envs)
         self.unpack = programs.unpacking(layout, self.local_like)
         self.learn = learner.learn_next
-        self.envs: HostEnvs | None = spec.host(self.stop - self.start, False)
+        self.pbt_window = learner.pbt_window
+        self.envs: HostEnvs | None = spec.host(self.Ml * (self.stop - self.start), False)
         if self.drop and not hasattr(self.envs, "reset_some"):
             self.close()
             raise EnvError(f"{spec.name}: env_nonfinite=reset needs host environments that "
@@ -184,15 +219,16 @@ class HostActors:
                            f"envs do); use env_nonfinite=error")
         self.eval_envs: HostEnvs | None = None
         try:
-            self.eval_envs = spec.host(self.eval_stop - self.eval_start, True)
+            self.eval_envs = spec.host(self.Ml * (self.eval_stop - self.eval_start), True)
         except BaseException:   # no half-opened set of workers left behind
             self.close()
             raise
         self.collected = updates_done   # rollouts collected so far (the next one's update)
         self.float_obs = np.issubdtype(np.dtype(spec.obs_dtype), np.floating)
-        env_key = keys.host_env_seeds_key(self.seed_key, updates_done)
-        self.obs = self.envs.reset(self._seeds(env_key, self.start, self.stop))
-        n = self.stop - self.start
+        self.obs = self.envs.reset(self._seeds(
+            lambda seed_key: keys.host_env_seeds_key(seed_key, updates_done),
+            self.start, self.stop))
+        n = self.Ml * (self.stop - self.start)   # environments here, member-major
         self.episode_return = np.zeros(n, np.float64)   # of the episodes running now
         self.episode_length = np.zeros(n, np.int64)
         # acting's rows: the environments', or each agent's (envs.team.row_ids)
@@ -205,9 +241,24 @@ class HostActors:
     def _put(self, x: Any) -> Any:
         return jax.device_put(x, self.device)
 
-    def _seeds(self, key: Any, start: int, stop: int) -> list[int]:
-        ids = np.arange(start, stop, dtype=np.int32)
-        return np.asarray(self._seed_fn(self._put(np.asarray(key)), self._put(ids))).tolist()
+    def _seeds(self, key_of: Callable[[Any], Any], start: int, stop: int) -> list[int]:
+        """Seeds of environments ``[start, stop)`` of each member here, member-major: from
+        ``key_of(the member's seed key)`` and each environment's global index."""
+        ids = self._put(np.arange(start, stop, dtype=np.int32))
+        return [seed for seed_key in self.seed_keys for seed in np.asarray(
+            self._seed_fn(self._put(np.asarray(key_of(seed_key))), ids)).tolist()]
+
+    def _device(self, x: np.ndarray) -> np.ndarray:
+        """Host rows (member-major) -> what acting takes: ``[Ml, rows, ...]`` in a
+        population, the rows themselves in a single run."""
+        return x.reshape(self.Ml, -1, *x.shape[1:]) if self.members else x
+
+    def _host(self, x: np.ndarray, axis: int = 0) -> np.ndarray:
+        """:meth:`_device`'s inverse for an array from acting whose member axis is ``axis``:
+        ``[..., Ml, rows, ...]`` -> ``[..., Ml x rows, ...]``."""
+        if not self.members:
+            return x
+        return x.reshape(*x.shape[:axis], -1, *x.shape[axis + 2:])
 
     def _compile_local(self) -> None:
         agent, spec, T = self.agent, self.spec, self.T
@@ -262,22 +313,54 @@ class HostActors:
                                         carry, obs, None, keys)
             return to_env_action(spec, action), carry   # a host env gets its bounds' actions
 
+        def acting_of(train):
+            return agent.acting(train), agent.policy_params(train)
+
+        def initial_carry(ids):
+            return rollout.initial_carries(agent, ids)
+
+        if self.members:   # each member acts with its own parameters and keys, on shared rows
+            Ml = self.Ml
+            prepare = jax.vmap(prepare, (0, None))
+            act_packed = jax.vmap(act_packed, (0, 0, 0, 0, None))
+            reset_carry = jax.vmap(reset_carry)
+            eval_act = jax.vmap(eval_act, (0, 0, 0, 0, 0, None, None))
+            acting_of = jax.vmap(acting_of)
+            one_carry = initial_carry
+
+            def initial_carry(ids):
+                return jax.tree.map(lambda x: jnp.broadcast_to(x, (Ml, *x.shape)),
+                                    one_carry(ids))
         self._noise = jax.jit(noise)
         self._act_shapes = act
         self._prepare = jax.jit(prepare)
         self._act = jax.jit(act_packed)
         self._reset_carry = jax.jit(reset_carry)
         self._eval_act = jax.jit(eval_act)
-        self._acting = jax.jit(lambda train: (agent.acting(train), agent.policy_params(train)))
-        self._initial_carry = jax.jit(lambda ids: rollout.initial_carries(agent, ids))
+        self._acting = jax.jit(acting_of)
+        self._initial_carry = jax.jit(initial_carry)
         self._seed_fn = jax.jit(lambda key, ids: seeds_of(rollout.env_keys(key, ids)))
-        self._stack = jax.jit(lambda ms: jax.tree.map(lambda *x: jnp.stack(x), *ms))
+        # metrics [n] per name, [members, n] in a population (as the fused update's)
+        axis = 1 if self.members else 0
+        self._stack = jax.jit(lambda ms: jax.tree.map(lambda *x: jnp.stack(x, axis), *ms))
         # each step's index, on the acting device once (not a host-to-device copy per step)
         self._steps = [self._put(np.int32(t)) for t in range(T)]
 
+    def _held(self, x: jax.Array) -> Any:
+        """This process's copy of a train-state leaf: the replicated value, or in a population
+        its members ``[m0, m1)`` (from as many of its devices as hold them apart)."""
+        if not self.members:
+            return x.addressable_data(0)
+        pieces: dict[int, Any] = {}
+        for shard in x.addressable_shards:
+            pieces.setdefault(shard.index[0].indices(self.members)[0], shard.data)
+        if len(pieces) == 1:
+            return next(iter(pieces.values()))
+        return np.concatenate(jax.device_get([pieces[k] for k in sorted(pieces)]))
+
     def _local(self, train: Any) -> Any:
-        """This process's copy of the replicated train state, on its acting device."""
-        return jax.device_put(jax.tree.map(lambda x: x.addressable_data(0), train), self.device)
+        """This process's copy of the train state (its members'), on its acting device."""
+        return jax.device_put(jax.tree.map(self._held, train), self.device)
 
     def _acting_leaves(self, train: Any) -> list[jax.Array]:
         """This process's copy of the train state's leaves that acting reads, on its acting
@@ -285,7 +368,7 @@ class HostActors:
         leaves = jax.tree.leaves(train)
         if self.on_mesh_device:   # already there: no copy (~0.5 ms an update of 1 env step)
             return [leaves[i] for i in self._read]
-        return jax.device_put([leaves[i].addressable_data(0) for i in self._read], self.device)
+        return jax.device_put([self._held(leaves[i]) for i in self._read], self.device)
 
     # ------------------------------------------------------------------ training
 
@@ -303,8 +386,9 @@ class HostActors:
         has_carry = bool(jax.tree.leaves(self.carry))
         initial = self._initial_carry(self.row_ids) if has_carry else None
         keep_final = self.agent.keep_final_obs
-        T, n, A = self.T, self.stop - self.start, self.A
-        # per environment [T, n, (A,) ...]: a team's agents become rows after the loop
+        T, n, A = self.T, self.Ml * (self.stop - self.start), self.A
+        # per environment [T, n, (A,) ...] (a population's member-major): a team's agents
+        # become rows after the loop
         obs = np.empty((T, *self.obs.shape), self.obs.dtype)
         reward = np.empty((T, n) if A == 1 else (T, n, A), np.float32)
         terminated, truncated = np.empty((T, n), bool), np.empty((T, n), bool)
@@ -312,9 +396,11 @@ class HostActors:
         valid = np.ones((T, n), bool) if self.drop else None
         outputs: dict[str, np.ndarray] = {}   # act's packed outputs [T, n, K] per dtype
         for t in range(T):   # only what must happen per step: act, step, store
-            packed, self.carry = self._act(acting, self.carry, self._rows(self.obs), noise,
+            packed, self.carry = self._act(acting, self.carry,
+                                           self._device(self._rows(self.obs)), noise,
                                            self._steps[t])
             for dtype, x in jax.device_get(packed).items():
+                x = self._host(x)
                 if dtype not in outputs:
                     outputs[dtype] = np.empty((T, *x.shape), x.dtype)
                 outputs[dtype][t] = x
@@ -332,8 +418,8 @@ class HostActors:
             if has_carry:   # a new episode starts from a fresh carry
                 done = out.terminated | out.truncated
                 if done.any():
-                    self.carry = self._reset_carry(self.carry, initial,
-                                                   self._put(np.repeat(done, A)))
+                    self.carry = self._reset_carry(self.carry, initial, self._put(
+                        self._device(np.repeat(done, A))))
             self.obs = out.obs
         self.collected += 1
         finished_return, finished_length, self.episode_return, self.episode_length = \
@@ -352,8 +438,12 @@ class HostActors:
             valid=None if valid is None else self._repeat(valid))
         # one array, one placement per update (a placement per leaf was ~40 % of a 1-env
         # SAC step's host time)
-        packed = programs.pack_envs_host(Trajectory(steps, self._rows(self.obs),
-                                                    jax.device_get(first_carry)))
+        packed = programs.pack_envs_host(Trajectory(steps, self._rows(self.obs), jax.tree.map(
+            self._host, jax.device_get(first_carry))))
+        if self.members:   # [members, rows, bytes]: each member's rows on its devices
+            return jax.make_array_from_process_local_data(
+                self.obs_sharding, self._device(packed),
+                (self.members, self.num_envs * A, packed.shape[1]))
         return jax.make_array_from_process_local_data(
             self.obs_sharding, packed, (self.num_envs * A, packed.shape[1]))
 
@@ -405,8 +495,8 @@ class HostActors:
             return out._replace(truncated=truncated), np.ones(len(out.reward), bool)
         bad = np.logical_or.reduce(list(parts.values()))
         step = self.collected * self.T + t + 1
-        seeds = self._seeds(keys.host_env_reset_key(self.seed_key, step), self.start,
-                            self.stop)
+        seeds = self._seeds(lambda seed_key: keys.host_env_reset_key(seed_key, step),
+                            self.start, self.stop)
         fresh = self.envs.reset_some(seeds, bad)
         rows = bad.reshape(-1, *([1] * (out.obs.ndim - 1)))
         per_agent = bad.reshape(-1, *([1] * (out.reward.ndim - 1)))   # a team's [n, A]
@@ -425,8 +515,10 @@ class HostActors:
             return
         i = int(np.flatnonzero(np.logical_or.reduce(list(bad.values())))[0])
         what = " and ".join(name for name, b in bad.items() if b[i])
+        member, e = divmod(i, self.stop - self.start)
+        who = f"member {self.m0 + member}'s " if self.members else ""
         raise EnvError(
-            f"{self.spec.name}: environment {self.start + i} (process "
+            f"{self.spec.name}: {who}environment {self.start + e} (process "
             f"{jax.process_index()}) returned a non-finite {what} at its env step "
             f"{self.collected * self.T + t + 1} (update {self.collected + 1}); nothing of "
             f"that update was learned or saved. Repair the environment, or resume with --set "
@@ -444,10 +536,13 @@ class HostActors:
                     trajectory = (self.pending if self.pending is not None
                                   else self.collect(state.train))
                     read = self._acting_leaves(state.train)   # copied before learn donates
-                train, data, m = self.learn(state.train, state.data, self.unpack(trajectory))
+                trajectory = self.unpack(trajectory)
+                train, data, m = self.learn(state.train, state.data, trajectory)
                 if self.overlap:   # runs while the learner's device updates
                     self.pending = self._collect(read)
                 state = state._replace(train=train, data=data)
+                if self.pbt_window is not None:   # PBT: the fitness windows, as fused
+                    state = state._replace(pbt=self.pbt_window(state.pbt, trajectory))
                 metrics.append(m)
             return state, self._stack(metrics)
         return run
@@ -467,7 +562,8 @@ class HostActors:
     def abstract_packed(self) -> jax.ShapeDtypeStruct:
         """:meth:`collect`'s result as a ShapeDtypeStruct (to compile ``unpack`` ahead)."""
         width = programs.packed_width(self.local_like)   # bytes per environment
-        return jax.ShapeDtypeStruct((self.num_envs * self.A, width), np.uint8,
+        lead = (self.members,) if self.members else ()
+        return jax.ShapeDtypeStruct((*lead, self.num_envs * self.A, width), np.uint8,
                                     sharding=self.obs_sharding)
 
     def abstract_trajectory(self) -> Trajectory:
@@ -477,8 +573,9 @@ class HostActors:
                               programs.trajectory_partition(self.learner.layout),
                               is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
         like = self.trajectory_like(self.num_envs)
+        lead = (self.members,) if self.members else ()
         return Trajectory(*(jax.tree.map(lambda x, s=s: jax.ShapeDtypeStruct(
-            x.shape, x.dtype, sharding=s), t) for t, s in zip(like, placed)))
+            (*lead, *x.shape), x.dtype, sharding=s), t) for t, s in zip(like, placed)))
 
     def trajectory_like(self, num_envs: int) -> Trajectory:
         """The shapes of a trajectory of ``num_envs`` environments (a team's: its rows)."""
@@ -487,7 +584,8 @@ class HostActors:
         local = self.train_like
         noise = jax.eval_shape(self._noise, local.key,
                                jax.ShapeDtypeStruct((E,), np.int32))
-        carry = jax.eval_shape(self._initial_carry, jax.ShapeDtypeStruct((E,), np.int32))
+        carry = jax.eval_shape(lambda ids: rollout.initial_carries(self.agent, ids),
+                               jax.ShapeDtypeStruct((E,), np.int32))
         acting = jax.eval_shape(lambda tr: self.agent.acting(tr), local)
         action, _, extras, _ = jax.eval_shape(self._act_shapes, acting, carry, obs, noise,
                                               jax.ShapeDtypeStruct((), np.int32))
@@ -509,13 +607,19 @@ class HostActors:
     def evaluate(self, train: Any, seed_key: Any, _inputs: Any = ()) -> dict[str, jax.Array]:
         """One episode per evaluation environment (spread over the processes like training's),
         the deterministic policy unless ``eval_deterministic`` is false; the sums are reduced
-        over every process, so all take the same decision. Keys as the on-device evaluation."""
+        over every process, so all take the same decision. Keys as the on-device evaluation.
+        A population's: every member's, ``[members]`` global arrays as its fused program's."""
+        del seed_key   # self.seed_keys: this process's members'
         local = self._local(train)
         acting, policy_params = self._acting(local)
-        update = int(np.asarray(local.update))
-        key_reset, key_steps = keys.of_eval(np.asarray(seed_key), update)
-        obs = self.eval_envs.reset(self._seeds(key_reset, self.eval_start, self.eval_stop))
-        n, A = self.eval_stop - self.eval_start, self.A
+        update = int(np.asarray(local.update).reshape(-1)[0])   # every member's the same
+        eval_keys = [keys.of_eval(k, update) for k in self.seed_keys]
+        obs = self.eval_envs.reset(self._seeds(
+            lambda seed_key: keys.of_eval(seed_key, update).reset, self.eval_start,
+            self.eval_stop))
+        key_steps = np.stack([np.asarray(k.steps) for k in eval_keys])
+        key_steps = self._put(key_steps if self.members else key_steps[0])
+        n, A = self.Ml * (self.eval_stop - self.eval_start), self.A
         ids = self._put(np.arange(self.eval_start * A, self.eval_stop * A, dtype=np.int32))
         carry = self._initial_carry(ids)
         ret, length, done = np.zeros(n, np.float64), np.zeros(n, np.int64), np.zeros(n, bool)
@@ -523,18 +627,25 @@ class HostActors:
             if done.all():
                 break
             action, carry = self._eval_act(policy_params, acting, carry,
-                                           self._put(self._rows(obs)), key_steps, np.int32(t),
-                                           ids)
-            out = self.eval_envs.step(team.per_env(self.spec, np.asarray(action)))
+                                           self._put(self._device(self._rows(obs))), key_steps,
+                                           np.int32(t), ids)
+            out = self.eval_envs.step(team.per_env(self.spec, self._host(np.asarray(action))))
             ret += np.where(done, 0.0, team.team_reward(self.spec, out.reward))
             length += ~done
             done |= out.terminated | out.truncated
             obs = out.obs
-        sums = distributed.allreduce_sum(np.array(
-            [ret.sum(), np.square(ret).sum(), length.sum(), n], np.float64))
-        mean, var = moments_from_sums(*(jnp.float32(sums[i]) for i in (0, 1, 3)))
-        return {"return_mean": mean, "return_std": jnp.sqrt(var),
-                "length_mean": jnp.float32(sums[2] / sums[3])}
+        ret, length = ret.reshape(self.Ml, -1), length.reshape(self.Ml, -1)
+        sums = np.zeros((self.members or 1, 4), np.float64)   # per member, over processes
+        sums[self.m0:self.m1] = np.stack([ret.sum(1), np.square(ret).sum(1), length.sum(1),
+                                          np.full(self.Ml, ret.shape[1])], axis=1)
+        sums = distributed.allreduce_sum(sums)
+        mean, var = moments_from_sums(*(jnp.float32(sums[:, i]) for i in (0, 1, 3)))
+        result = {"return_mean": mean, "return_std": jnp.sqrt(var),
+                  "length_mean": jnp.float32(sums[:, 2] / sums[:, 3])}
+        if not self.members:
+            return {k: v[0] for k, v in result.items()}
+        layout = self.learner.layout   # as the fused evaluation's: on the member axis
+        return layout.put({k: np.asarray(v) for k, v in result.items()}, layout.train)
 
     def close(self) -> None:
         for envs in (self.envs, self.eval_envs):

@@ -206,6 +206,10 @@ class Learner(NamedTuple):
                                       #   whole member axis, donating train and pbt
     pbt: Any = None                   # pbt.Settings with PBT on
     drop_nonfinite: bool = False      # env_nonfinite: reset (host actors drop such steps)
+    pbt_window: Any = None            # with PBT on host environments, jit: (pbt, Trajectory)
+                                      #   -> pbt: an update's finished episodes into each
+                                      #   member's fitness window (the fused update's own step),
+                                      #   a program apart so learn_next stays bit for bit
 
 
 class RunSettings(NamedTuple):
@@ -371,8 +375,11 @@ def unpacking(layout: Layout, like: Trajectory) -> Any:
     (``like``: one device's shapes). A program of its own, so ``learn_next`` stays the
     program it was, bit for bit: fused into it, XLA laid a MuJoCo PPO update out otherwise
     and its last bits moved."""
-    return jax.jit(jax.shard_map(lambda packed: unpack_envs(packed, like), mesh=layout.mesh,
-                                 in_specs=layout.envs, out_specs=trajectory_partition(layout)))
+    def unpack(packed):
+        return unpack_envs(packed, like)
+    body = jax.vmap(unpack) if layout.members else unpack   # a population: per member
+    return jax.jit(jax.shard_map(body, mesh=layout.mesh, in_specs=layout.envs,
+                                 out_specs=trajectory_partition(layout)))
 
 
 def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
@@ -465,6 +472,15 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
     abstract_state = _abstract_state(init_program, env_inputs, layout, specs, settings)
 
     exploit = None if pbt is None else _exploit_program(layout, pbt)
+    pbt_window = None
+    if pbt is not None and host:
+        def window(rounds, trajectory):
+            steps = trajectory.steps
+            return pbt_lib.accumulate(rounds, pbt_lib.episode_sums(
+                steps.finished_return, steps.finished_length, layout.data_axis))
+        pbt_window = jax.jit(smap(jax.vmap(window, axis_name=layout.member_vmap_axis),
+                                  (layout.train, trajectory_specs), layout.train),
+                             donate_argnums=0)
 
     evaluate = None if host else make_eval_program(   # host actors evaluate on the host
         agent, spec, layout, settings.eval_episodes, settings.eval_deterministic, options,
@@ -476,7 +492,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
                    env_inputs,
                    restored, learn_next,
                    replicated=whole is not None, exploit=exploit, pbt=pbt,
-                   drop_nonfinite=drop)
+                   drop_nonfinite=drop, pbt_window=pbt_window)
 
 
 class _Bodies(NamedTuple):
@@ -556,11 +572,13 @@ def _device_bodies(agent: Agent, learner: Agent, spec: EnvSpec, layout: Layout,
         update_body = jax.vmap(update_local, in_axes=(0, None), **vmapped)
         learn_body = jax.vmap(learn_local, **vmapped)
         collect_body = jax.vmap(collect_local, **vmapped)
+        learn_next_body = jax.vmap(learn_next_local, **vmapped)
     else:
         def init_body(seed_key, swept, handles):
             return init_local(seed_key, swept, params_of(seed_key), handles)
         update_body, learn_body, collect_body = update_local, learn_local, collect_local
-    return _Bodies(init_body, update_body, learn_body, collect_body, learn_next_local)
+        learn_next_body = learn_next_local
+    return _Bodies(init_body, update_body, learn_body, collect_body, learn_next_body)
 
 
 def _abstract_state(init_program: Any, env_inputs: EnvInputs, layout: Layout,
@@ -640,7 +658,7 @@ def _environments(agent: Agent, spec: EnvSpec, layout: Layout, host: bool, num_e
     environments' state lives outside JAX), and what the programs take besides the state (a
     pool per device, :func:`envs.program_inputs`) with its partition specs."""
     if spec.state_outside_jax:   # checkpoints leave the actors out; fresh episodes on resume
-        if layout.members:
+        if layout.members and not host:   # a pool's handles are per device, not per member
             from jaxrl_dist.envs import EnvError
             raise EnvError(f"{spec.name}: populations do not run environments stepped "
                            f"outside JAX ({AUTORESETS[spec.autoreset]}) yet; train each seed "

@@ -136,11 +136,7 @@ def _ready(*, config: Config, parts: _Parts, opened: _RunDir, resume: bool, prog
         parts.driver.close()
         raise
     pbt_key = None
-    if parts.learner.pbt is not None:
-        if ready.exploit is None:
-            parts.driver.close()
-            raise ConfigError(f"pbt: {parts.spec.name} is stepped on the host; PBT runs "
-                              f"populations of environments stepped inside the program")
+    if parts.learner.pbt is not None:   # every driver compiles the round (Ready.exploit)
         pbt_key = parts.layout.put(np.asarray(jax.random.PRNGKey(config.seed)),
                                    jax.sharding.PartitionSpec())
     reporter = _make_reporter(run_dir=opened.path, sizes=parts.sizes, progress=progress,

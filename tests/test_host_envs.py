@@ -380,6 +380,184 @@ def test_pqn_learns_the_whole_batch_on_every_device(plugin, tmp_path):
     assert max_rel_diff(params_of(tmp_path / "d1")[0], params_of(tmp_path / "r2")[0]) <= 1e-4
 
 
+POP_LRS = {"ppo": [2.5e-4, 1e-3], "dqn": [1e-4, 5e-4]}
+# members, seed fastest: 0 = (3, lr0), 1 = (11, lr0), 2 = (3, lr1), 3 = (11, lr1)
+
+
+def _host_population(algo):
+    key = "learning_rate"
+    return {"seeds": [3, 11], "sweep": {f"{algo}.{key}": POP_LRS[algo]}}
+
+
+@pytest.fixture(scope="module")
+def host_singles(tmp_path_factory):
+    """(algo, k) -> member k of ``algo``'s population trained as a single run on 1 device:
+    (its parameters, its final evaluation); each trained once, when first asked for (the
+    asking test holds the plugin)."""
+    import jax
+
+    from jaxrl_dist import population
+    from jaxrl_dist.trainer import train
+
+    done = {}
+
+    def single(algo, k):
+        if (algo, k) not in done:
+            config = _tiny(algo, env=CORRIDOR, population=_host_population(algo))
+            run = tmp_path_factory.mktemp(f"{algo}{k}") / "run"
+            summary = train(population.member_config(config, k), run,
+                            devices=jax.devices()[:1], progress=False)
+            done[algo, k] = params_of(run)[0], summary["eval_return"]
+        return done[algo, k]
+    return single
+
+
+@pytest.mark.parametrize("algo,devices", [
+    ("ppo", 2), pytest.param("ppo", 1, marks=pytest.mark.slow),
+    pytest.param("dqn", 2, marks=pytest.mark.slow)])
+def test_a_population_on_host_envs_is_its_single_runs(algo, devices, host_singles, plugin,
+                                                      tmp_path):
+    """Seeds x learning rates as one population on host environments: each member steps its
+    own environments (seeded from its own seed), acts with its own parameters and learns in
+    one vmapped ``learn_next``; member k ends where the single run with its seed and rate
+    ends (to float tolerance: vmap batches the members' sums into other kernels), evaluates
+    as it does, and the rate lives in the state."""
+    import jax
+
+    from jaxrl_dist.checkpoint import read_checkpoint
+    from jaxrl_dist.trainer import train
+
+    config = _tiny(algo, env=CORRIDOR, population=_host_population(algo))
+    summary = train(config, tmp_path / "run", devices=jax.devices()[:devices], progress=False)
+    assert summary["status"] == "completed"
+    state, meta = read_checkpoint(tmp_path / "run" / "checkpoints")
+    assert meta["updates"] == 4
+    lrs = POP_LRS[algo]
+    np.testing.assert_array_equal(state["train"]["hparams"]["learning_rate"],
+                                  np.float32([lrs[0], lrs[0], lrs[1], lrs[1]]))
+    members = summary["members"]
+    for k in (1, 2):
+        params, eval_return = host_singles(algo, k)
+        member = jax.tree.map(lambda x, k=k: x[k], state["train"]["params"])
+        assert max_rel_diff(member, params) <= 1e-5, k
+        assert members[k]["eval_return"] == pytest.approx(eval_return, abs=1e-3), k
+    assert len({m["param_fingerprint"] for m in members}) == 4
+
+
+# 4 members (2 seeds x 2 rates) of HOST_ARGS's run: 12 updates, a checkpoint every 3.
+HOST_POP_ARGS = [*HOST_ARGS, "--set", "population.seeds=[3,11]",
+                 "--set", "population.sweep.ppo.learning_rate=[2.5e-4,1e-3]"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(500)
+def test_a_host_population_through_the_launcher_equals_one_process_and_resumes(tmp_path):
+    """The population on 2 processes (each stepping its own members' environments) ends on
+    1 process x 2 devices' parameters bit for bit (the same layout: two members per device,
+    no collectives); killed with -9, it resumes from its last checkpoint twice (from copies)
+    to the same parameters (host environments re-seeded from each member's seed and the
+    update: fresh episodes)."""
+    cfg = "configs/gymnasium_cartpole.yaml"
+    proc, _ = train_cli(tmp_path / "d2", devices=2, args=HOST_POP_ARGS, config=cfg, **PLUGIN)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    one = json.loads((tmp_path / "d2" / "summary.json").read_text())
+    prints = [m["param_fingerprint"] for m in one["members"]]
+    assert len(set(prints)) == 4
+    proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "1", cfg,
+                         *HOST_POP_ARGS, "--run-dir", str(tmp_path / "p2")], **PLUGIN)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    two = json.loads((tmp_path / "p2" / "summary.json").read_text())
+    assert [m["param_fingerprint"] for m in two["members"]] == prints
+    assert [m["eval_return"] for m in two["members"]] == [m["eval_return"]
+                                                          for m in one["members"]]
+    run = tmp_path / "killed"
+    proc, _ = train_cli(run, devices=2, args=HOST_POP_ARGS, config=cfg,
+                        JAXRL_FAULT="kill@0:6", **PLUGIN)
+    assert proc.returncode == -9, proc.stderr[-3000:]
+    shutil.copytree(run, tmp_path / "copy")
+    finished = []
+    for path in (run, tmp_path / "copy"):
+        proc, _ = train_cli(path, "--resume", devices=2, args=HOST_POP_ARGS, config=cfg,
+                            **PLUGIN)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        said = proc.stdout + proc.stderr
+        assert re.search(r"resuming at [36]\b", said) and "started afresh: actors" in said
+        resumed = json.loads((path / "summary.json").read_text())
+        assert resumed["env_steps"] == 768
+        finished.append([m["param_fingerprint"] for m in resumed["members"]])
+    assert finished[0] == finished[1] and len(set(finished[0])) == 4
+
+
+HOST_PBT = {"population": {"sweep": {"ppo.learning_rate": [1e-4, 3e-4, 1e-3, 3e-3]}},
+            "pbt": {"enabled": True, "interval_updates": 3, "min_episodes": 1,
+                    "mutations": {"ppo.learning_rate": {"low": 1e-5, "high": 1e-2},
+                                  "ppo.ent_coef": {"low": 1e-4, "high": 0.1}}}}
+
+
+def test_pbt_on_host_envs_ranks_each_members_training_episodes(plugin, tmp_path):
+    """PBT on host environments: 4 members, a round after updates 3, 6 and 9; each round's
+    fitness is the mean return of the training episodes each member finished since the last
+    (the metrics row of the call that ends at the round: one call per round), and 1 and 2
+    devices give the same rounds, fitness and copies."""
+    import json
+
+    import jax
+
+    from jaxrl_dist.trainer import train
+
+    config = _tiny("ppo", env=CORRIDOR, total_timesteps=4 * 16 * 12, updates_per_call=3,
+                   eval_episodes=4, **HOST_PBT)
+    runs = {d: train(config, tmp_path / f"d{d}", devices=jax.devices()[:d], progress=False)
+            for d in (1, 2)}
+    assert runs[1]["pbt"]["rounds"] == 3 and runs[1]["pbt"]["copies"]
+    assert runs[2]["pbt"]["copies"] == runs[1]["pbt"]["copies"]
+    np.testing.assert_allclose(runs[2]["pbt"]["fitness"], runs[1]["pbt"]["fitness"], rtol=1e-5)
+    rows = [json.loads(line) for line in (tmp_path / "d1" / "metrics.jsonl").open()]
+    rounds = [r for r in rows if r.get("event") == "pbt_round"]
+    assert [r["updates"] for r in rounds] == [3, 6, 9]
+    for r in rounds:
+        trained = {x["member"]: x["episode_return"] for x in rows
+                   if x.get("updates") == r["updates"] and "member" in x and "event" not in x}
+        assert all(r["eligible"]) and r["fitness"] == pytest.approx(
+            [trained[m] for m in range(4)], rel=1e-5), r
+
+
+def test_overlap_actors_with_pbt_is_one_line(plugin, tmp_path):
+    import jax
+
+    from jaxrl_dist.errors import UserError
+    from jaxrl_dist.trainer import train
+
+    config = _tiny("ppo", env=CORRIDOR, overlap_actors=True, **HOST_PBT)
+    with pytest.raises(UserError) as error:
+        train(config, tmp_path / "run", devices=jax.devices()[:2], progress=False)
+    message = str(error.value)
+    assert len(message.splitlines()) == 1 and "overlap_actors with pbt" in message, message
+    assert not (tmp_path / "run").exists()
+
+
+def test_host_population_blocks_and_an_uneven_split_is_one_line():
+    """Each process's members and environments are one block of the [members, envs] grid;
+    a process holding part of one member row and part of another is refused."""
+    from jaxrl_dist.actors import process_block
+    from jaxrl_dist.errors import ConfigError
+
+    class Grid:   # a sharding's addressable blocks, as jax gives them
+        def __init__(self, blocks):
+            self.blocks = blocks
+
+        def addressable_devices_indices_map(self, shape):
+            return {i: (slice(m0, m1), slice(e0, e1))
+                    for i, (m0, m1, e0, e1) in enumerate(self.blocks)}
+
+    assert process_block(Grid([(0, 2, 0, 4)]), 4, 4) == ((0, 2), (0, 4))
+    assert process_block(Grid([(2, 3, 4, 8), (2, 3, 0, 4)]), 4, 8) == ((2, 3), (0, 8))
+    assert process_block(Grid([(1, 2, 2, 4), (0, 1, 2, 4)]), 2, 4) == ((0, 2), (2, 4))
+    with pytest.raises(ConfigError, match="population.member_devices") as error:
+        process_block(Grid([(0, 1, 0, 4), (0, 1, 4, 8), (1, 2, 0, 4)]), 3, 8)
+    assert len(str(error.value).splitlines()) == 1
+
+
 def test_replicate_learn_for_a_population_is_one_line(tmp_path):
     import jax
 
@@ -552,8 +730,8 @@ def test_a_host_rollout_is_a_plain_loop_of_act_and_step(tmp_path):
     host = run.driver.actors
     reference = host.spec.host(host.stop - host.start, False)
     try:
-        env_key = keys.host_env_seeds_key(host.seed_key, 0)
-        obs = reference.reset(host._seeds(env_key, host.start, host.stop))
+        obs = reference.reset(host._seeds(lambda seed_key: keys.host_env_seeds_key(seed_key, 0),
+                                          host.start, host.stop))
         np.testing.assert_array_equal(obs, host.obs)
         local = host._local(run.state.train)
         acting = host.agent.acting(local)

@@ -7,6 +7,7 @@ deterministic; a NaN from one agent dropped once per environment or named; bad i
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -143,6 +144,50 @@ def test_2_processes_give_2_devices_parameters(critic, cell, tmp_path):
         one["param_fingerprint"]
     # the same episodes; their returns summed per process first: the last bits may differ
     assert ranks[0]["eval_return"] == pytest.approx(one["eval_return"], rel=1e-6)
+
+
+# 2 seeds of recurrent MAPPO as one population, each member's 8 environments split over
+# every device (population.member_devices=1): 4 updates of 8 envs x 3 agents x 16 steps.
+POP_ARGS = [*ARGS, *GRU, "--set", "team.critic=central", "--set", "num_envs=8",
+            "--set", "total_timesteps=512", "--set", "updates_per_call=2",
+            "--set", "checkpoint_every=2", "--set", "population.seeds=[3,11]",
+            "--set", "population.member_devices=1"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_team_population_on_the_host_is_its_single_runs_on_any_topology(tmp_path):
+    """Recurrent MAPPO, 2 seeds as one population on host environments: member k ends where
+    the single run with its seed ends (to float tolerance: another layout, members vmapped)
+    on 2 devices, and 2 processes x 2 devices (each process stepping half of every member's
+    environments, the gradient all-reduced across them) evaluate as 1 process x 4 devices and
+    end on its parameters to float tolerance."""
+    import jax
+
+    singles = {}
+    for k, seed in enumerate((3, 11)):
+        proc, summary = train_cli(tmp_path / f"s{seed}", devices=1, config=CFG,
+                                  args=[*POP_ARGS, "--set", "population.seeds=[]",
+                                        "--set", f"seed={seed}"])
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        singles[k] = params_of(tmp_path / f"s{seed}")[0], summary["eval_return"]
+    runs = {}
+    for name, devices in (("d2", 2), ("d4", 4)):
+        proc, _ = train_cli(tmp_path / name, devices=devices, args=POP_ARGS, config=CFG)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        runs[name] = json.loads((tmp_path / name / "summary.json").read_text())["members"]
+    params = params_of(tmp_path / "d2")[0]
+    for k, (single, eval_return) in singles.items():
+        assert max_rel_diff(jax.tree.map(lambda x, k=k: x[k], params), single) <= 1e-4, k
+        assert runs["d2"][k]["eval_return"] == pytest.approx(eval_return, abs=1e-2), k
+    proc = run_launcher(["--nproc-per-node", "2", "--cpu-devices-per-proc", "2", CFG,
+                         *POP_ARGS, "--run-dir", str(tmp_path / "p2")], timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    two = json.loads((tmp_path / "p2" / "summary.json").read_text())["members"]
+    # the same episodes; their returns summed per process first: the last bits may differ
+    assert [m["eval_return"] for m in two] == pytest.approx(
+        [m["eval_return"] for m in runs["d4"]], rel=1e-6)
+    assert max_rel_diff(params_of(tmp_path / "p2")[0], params_of(tmp_path / "d4")[0]) <= 1e-5
 
 
 @pytest.mark.slow

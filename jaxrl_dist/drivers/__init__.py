@@ -25,6 +25,9 @@ def make(config: Config, spec: EnvSpec, devices: Sequence[Any] | None) -> Driver
     """The driver for ``spec``'s kind, with the devices its learner's mesh spans (``devices``,
     or all, less an overlapped actor's own device)."""
     if spec.on_host:
+        if config.overlap_actors and config.pbt.enabled:
+            raise ConfigError("overlap_actors with pbt: a round's copies would learn from a "
+                              "batch their old parameters acted on; remove one of them")
         from jaxrl_dist.drivers.host import HostDriver
         return HostDriver(spec, config.overlap_actors, devices)
     if config.overlap_actors:

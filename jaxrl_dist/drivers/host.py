@@ -11,7 +11,7 @@ import jax
 
 from jaxrl_dist import actors as actors_lib
 from jaxrl_dist import sizes as sizes_lib
-from jaxrl_dist.drivers.base import Driver, Ready, Seconds, init_or_restore
+from jaxrl_dist.drivers.base import Driver, Ready, Seconds, init_or_restore, lower_exploit
 from jaxrl_dist.envs import EnvSpec
 
 
@@ -29,7 +29,7 @@ class HostDriver(Driver):
                          eval_episodes: int, eval_deterministic: bool) -> Ready:
         """Init (or restore) the state, open this process's environments (seeded from the
         update it starts at) and compile ``learn_next``, which every call of the host actors
-        runs once per update."""
+        runs once per update (and, with PBT, its round)."""
         seconds = Seconds()
         state, updates_done = init_or_restore(learner, seed_keys, swept, restore)
         host = self.actors = actors_lib.HostActors(
@@ -40,12 +40,14 @@ class HostDriver(Driver):
             host.unpack = host.unpack.lower(host.abstract_packed()).compile()
             host.learn = seconds.timed("update", lambda: learner.learn_next.lower(
                 abstract.train, abstract.data, host.abstract_trajectory()).compile())
+            lowered = lower_exploit(learner, abstract)   # PBT: its round, between calls
+            exploit = None if lowered is None else seconds.timed("pbt", lowered.compile)
         except BaseException:   # the run never starts: its environments' workers end now
             self.close()
             raise
         compiled = {n: host.updates(n) for n in set(sizes_lib.calls(sizes, updates_done))}
         jax.block_until_ready(state)
-        return Ready(state, updates_done, compiled, host.evaluate, dict(seconds))
+        return Ready(state, updates_done, compiled, host.evaluate, dict(seconds), exploit)
 
     def describe(self) -> str:
         if self.actors is not None and self.actors.overlap:
