@@ -424,7 +424,7 @@ def build(agent: Agent, sizes: Sizes, spec: EnvSpec, layout: Layout,
     init_program = jax.jit(smap(init_body, (layout.train, layout.train, input_specs.train),
                                 specs), out_shardings=state_out)
 
-    init = _compiled_once(init_program, mesh, env_inputs.train)
+    init = _CompiledOnce(init_program, mesh, env_inputs.train)
     restored = _restored(agent, layout, data_spec, smap)
 
     trajectory_specs = trajectory_partition(layout)
@@ -671,22 +671,45 @@ def _environments(agent: Agent, spec: EnvSpec, layout: Layout, host: bool, num_e
     return agent, EnvInputs(*inputs), EnvInputs(layout.envs, layout.envs)
 
 
-def _compiled_once(init_program: Any, mesh: Mesh, env_inputs: Any) -> Callable[..., RunState]:
+class _CompiledOnce:
     """``init_program`` compiled as the trainer compiles it (it runs once: the cheaper options
-    of :func:`compile_cache.run_once_options`), once per kind of input."""
-    once = compile_cache.run_once_options(mesh.devices.flat)
-    compiled: dict[Any, Any] = {}
+    of :func:`compile_cache.run_once_options`), once per kind of input. A driver may lower it
+    (:meth:`lower`) and hand the compile to a worker thread (:meth:`adopt` its result), so the
+    compile runs while the update is traced; a call compiles whatever was not adopted."""
 
-    def init(seed_key: jax.Array, swept: dict[str, jax.Array] | None = None) -> RunState:
-        args = (seed_key, swept or {}, env_inputs)
-        kind = (jax.tree.structure(args), tuple(
+    def __init__(self, init_program: Any, mesh: Mesh, env_inputs: Any):
+        self.program, self.env_inputs = init_program, env_inputs
+        self.options = compile_cache.run_once_options(mesh.devices.flat)
+        self.compiled: dict[Any, Any] = {}
+
+    def _args(self, seed_key: jax.Array, swept: dict[str, jax.Array] | None) -> tuple:
+        return (seed_key, swept or {}, self.env_inputs)
+
+    @staticmethod
+    def _kind(args: tuple) -> Any:
+        return (jax.tree.structure(args), tuple(
             (np.shape(x), x.dtype if hasattr(x, "dtype") else np.result_type(x),
              getattr(x, "sharding", None))
             for x in jax.tree.leaves(args)))
-        if kind not in compiled:
-            compiled[kind] = init_program.lower(*args).compile(once)
-        return compiled[kind](*args)
-    return init
+
+    def lower(self, seed_key: jax.Array, swept: dict[str, jax.Array] | None = None
+              ) -> tuple[Any, Callable[[], Any]]:
+        """(the kind of these inputs, a function that compiles the lowered program: for a
+        worker thread)."""
+        args = self._args(seed_key, swept)
+        lowered = self.program.lower(*args)
+        return self._kind(args), lambda: lowered.compile(self.options)
+
+    def adopt(self, kind: Any, compiled: Any) -> None:
+        self.compiled[kind] = compiled
+
+    def __call__(self, seed_key: jax.Array, swept: dict[str, jax.Array] | None = None
+                 ) -> RunState:
+        args = self._args(seed_key, swept)
+        kind = self._kind(args)
+        if kind not in self.compiled:
+            self.compiled[kind] = self.program.lower(*args).compile(self.options)
+        return self.compiled[kind](*args)
 
 
 def _restored(agent: Agent, layout: Layout, data_spec: P,
