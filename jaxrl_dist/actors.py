@@ -18,6 +18,13 @@ before (no policy lag). A deterministic environment therefore
 gives the same parameters on 1 or 2 devices and on 1 or 2 processes. Environment state lives
 outside JAX: a resumed run re-seeds every environment from (seed, update) and starts fresh
 episodes (the start line says "actors" were started afresh).
+
+A population (``population:``) is the same with a member axis in front: each process holds a
+block of members ``[m0, m1)`` and of their environments ``[start, stop)`` (the same indices for
+every member, each member's seeded from its own seed), keeps their host-side arrays
+member-major, acts for all of them in one vmapped call per step (each member its own parameters
+and keys) and hands ``learn_next`` ``[members, rows, bytes]``; member k then learns as the
+single run with its seed does.
 """
 
 from __future__ import annotations
@@ -253,12 +260,10 @@ class HostActors:
         population, the rows themselves in a single run."""
         return x.reshape(self.Ml, -1, *x.shape[1:]) if self.members else x
 
-    def _host(self, x: np.ndarray, axis: int = 0) -> np.ndarray:
-        """:meth:`_device`'s inverse for an array from acting whose member axis is ``axis``:
-        ``[..., Ml, rows, ...]`` -> ``[..., Ml x rows, ...]``."""
-        if not self.members:
-            return x
-        return x.reshape(*x.shape[:axis], -1, *x.shape[axis + 2:])
+    def _host(self, x: np.ndarray) -> np.ndarray:
+        """:meth:`_device`'s inverse, for an array from acting: ``[Ml, rows, ...]`` ->
+        ``[Ml x rows, ...]``."""
+        return x.reshape(-1, *x.shape[2:]) if self.members else x
 
     def _compile_local(self) -> None:
         agent, spec, T = self.agent, self.spec, self.T
