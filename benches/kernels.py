@@ -8,8 +8,9 @@ time under the profiler is reported beside it. Ours: the init, update and evalua
 of ``--config`` on one CPU device, lowered and compiled as the trainer does; rejax: its one ``train``
 program (init, updates and evaluation) on the same task and hyperparameters as ``bench rejax``.
 A SAC config on a host environment (``gymnasium:``) is counted per environment step instead:
-ours, every program an update dispatches (``learn_next``, ``unpack``, acting's ``prepare`` and
-``act``), beside sbx's SAC step (its ``_train`` at one gradient step and ``sample_action``) on
+ours, every program an update dispatches (one env step a rollout on one device: ``learn_act``,
+the update and the next step's acting as one program; otherwise ``learn_next``, ``unpack``,
+acting's ``prepare`` and ``act``), beside sbx's SAC step (its ``_train`` at one gradient step and ``sample_action``) on
 the same task, in sbx's own venv (``benches/peers/sbx/make_venv.sh``).
 """
 
@@ -108,10 +109,14 @@ OURS_HOST = COUNT + SETUP + textwrap.dedent("""
     from jaxrl_dist import actors
     host = actors.HostActors(learner, spec, sizes, 1, True, jax.random.PRNGKey(config.seed), 0)
     try:
-        programs = {"learn_next": learner.learn_next.lower(abstract.train, abstract.data,
-                                                           host.abstract_trajectory()),
-                    "unpack": host.unpack.lower(host.abstract_packed()),
-                    **host.lowered_acting()}
+        if host.fusable():   # one program an env step: learn, then act (HostActors.fusable)
+            programs = {"learn_act": host._fuse_learn_act().lower(
+                abstract.train, abstract.data, host.abstract_packed())}
+        else:
+            programs = {"learn_next": learner.learn_next.lower(abstract.train, abstract.data,
+                                                               host.abstract_trajectory()),
+                        "unpack": host.unpack.lower(host.abstract_packed()),
+                        **host.lowered_acting()}
         print(json.dumps({name: count(lowered) for name, lowered in programs.items()}))
     finally:
         host.close()

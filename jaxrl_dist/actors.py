@@ -108,6 +108,13 @@ def episode_sums(reward: np.ndarray, done: np.ndarray, running_return: np.ndarra
     and the sums of the episodes running before it, (the return and length of each episode
     ending at a step, else 0 [T, n]; the sums of the episodes running after it [n])."""
     T, n = reward.shape
+    if T == 1:   # a step a rollout (SAC): the same values in a few operations, not ~30
+        ret = running_return + reward[0].astype(np.float64)
+        length = running_length + 1
+        ended = done[0]
+        return (np.where(ended, ret, 0.0).astype(np.float32)[None],
+                np.where(ended, length, 0).astype(np.int32)[None],
+                np.where(ended, 0.0, ret), np.where(ended, 0, length))
     cum = running_return + np.cumsum(reward, axis=0, dtype=np.float64)      # [T, n]
     steps = np.arange(T)[:, None]
     last = np.maximum.accumulate(np.where(done, steps, -1), axis=0)         # last end <= t
@@ -218,6 +225,11 @@ class HostActors:
         self.unpack = programs.unpacking(layout, self.local_like)
         self.learn = learner.learn_next
         self.pbt_window = learner.pbt_window
+        # one dispatch a step where it applies (the driver compiles it): the actions the last
+        # learn program took, and the train state they were taken with
+        self.learn_act: Any = None
+        self.next_actions: Any = None
+        self.next_for: Any = None
         self.envs: HostEnvs | None = spec.host(self.Ml * (self.stop - self.start), False)
         if self.drop and not hasattr(self.envs, "reset_some"):
             self.close()
@@ -383,10 +395,13 @@ class HostActors:
         process calls it: the array spans the mesh)."""
         return self._collect(self._acting_leaves(train))
 
-    def _collect(self, read: list[jax.Array]) -> jax.Array:
+    def _collect(self, read: list[jax.Array] | None, first: Any = None) -> jax.Array:
         """:meth:`collect` from this process's copy of what acting reads (on the acting
-        device)."""
-        acting, noise = self._prepare(read, self.row_ids)
+        device); ``first``: the one step's actions already taken by the learn program
+        (:meth:`_fuse_learn_act`), nothing else to act on."""
+        acting = noise = None
+        if first is None:
+            acting, noise = self._prepare(read, self.row_ids)
         first_carry = self.carry   # what a recurrent learner replays the rollout from
         has_carry = bool(jax.tree.leaves(self.carry))
         initial = self._initial_carry(self.row_ids) if has_carry else None
@@ -401,9 +416,12 @@ class HostActors:
         valid = np.ones((T, n), bool) if self.drop else None
         outputs: dict[str, np.ndarray] = {}   # act's packed outputs [T, n, K] per dtype
         for t in range(T):   # only what must happen per step: act, step, store
-            packed, self.carry = self._act(acting, self.carry,
-                                           self._device(self._rows(self.obs)), noise,
-                                           self._steps[t])
+            if first is not None:   # acted on these observations inside the learn program
+                packed = first
+            else:
+                packed, self.carry = self._act(acting, self.carry,
+                                               self._device(self._rows(self.obs)), noise,
+                                               self._steps[t])
             for dtype, x in jax.device_get(packed).items():
                 x = self._host(x)
                 if dtype not in outputs:
@@ -534,6 +552,10 @@ class HostActors:
         def run(state: RunState) -> tuple[RunState, dict]:
             metrics = []
             for _ in range(n):
+                if self.learn_act is not None:   # one dispatch a step (:meth:`_fused_step`)
+                    state, m = self._fused_step(state)
+                    metrics.append(m)
+                    continue
                 if not self.overlap:
                     trajectory = self.collect(state.train)
                 else:   # learn from the batch acted on during the last update, and act on
@@ -551,6 +573,46 @@ class HostActors:
                 metrics.append(m)
             return state, self._stack(metrics)
         return run
+
+    # ------------------------------------------------------------------ one dispatch a step
+
+    def fusable(self) -> bool:
+        """Whether each update can be ONE compiled call (:meth:`_fuse_learn_act`): a rollout
+        of one step (SAC, TD3, CrossQ: a gradient step per env step), a stateless policy, one
+        run on a one-device mesh that acting shares (the environments of one process)."""
+        return (self.T == 1 and self.on_mesh_device and not self.members
+                and not jax.tree.leaves(self.carry))
+
+    def _fuse_learn_act(self) -> Any:
+        """jit: (train, data, packed rollout) -> (train, data, metrics, the next step's act
+        outputs): ``unpack`` and ``learn_next``, then ``prepare`` and ``act`` on the rollout's
+        last observations with the parameters just learned, the next update's keys: what the
+        next :meth:`collect` would dispatch as three more programs (so SAC stays SAC: it acts
+        with the parameters of the update before, drawn from the same keys)."""
+        unpack, learn, prepare, act = (self.unpack, self.learner.learn_next, self._prepare,
+                                       self._act)
+        read, row_ids, carry, step = self._read, self.row_ids, self.carry, self._steps[0]
+
+        def learn_act(train, data, packed):
+            trajectory = unpack(packed)
+            train, data, metrics = learn(train, data, trajectory)
+            leaves = jax.tree.leaves(train)
+            acting, noise = prepare([leaves[i] for i in read], row_ids)
+            outputs, _ = act(acting, carry, trajectory.last_obs, noise, step)
+            return train, data, metrics, outputs
+        return jax.jit(learn_act, donate_argnums=(0, 1))
+
+    def _fused_step(self, state: RunState) -> tuple[RunState, dict]:
+        """One update as one dispatch: the environments step with the actions the last call
+        took (or, first, with actions acted here), then the learn program learns and acts."""
+        first = self.next_actions if self.next_for is state.train else None
+        trajectory = (self._collect(None, first) if first is not None
+                      else self.collect(state.train))
+        train, data, m, self.next_actions = self.learn_act(state.train, state.data,
+                                                            trajectory)
+        state = state._replace(train=train, data=data)
+        self.next_for = state.train
+        return state, m
 
     def lowered_acting(self) -> dict[str, Any]:
         """The acting programs lowered for this process's shapes: ``prepare`` (once per

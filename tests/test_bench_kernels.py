@@ -23,13 +23,18 @@ def test_counts_the_kernels_of_each_of_our_programs():
 
 @pytest.mark.timeout(300)
 def test_counts_every_program_an_update_of_host_actors_dispatches():
+    """One env step a rollout: ONE program a step (learn, then act); two: the four programs
+    an update dispatches apart, which the one program holds."""
     pytest.importorskip("mujoco")
-    got = count_ours("configs/mujoco_halfcheetah_sac.yaml",
-                     ["total_timesteps=2000", "sac.learning_starts=1000",
-                      "sac.network.actor_hidden=[32]", "sac.network.critic_hidden=[32]"],
-                     host=True)
-    assert set(got) == {"learn_next", "unpack", "prepare", "act"}
-    for program in got.values():
+    sets = ["total_timesteps=2000", "sac.learning_starts=1000",
+            "sac.network.actor_hidden=[32]", "sac.network.critic_hidden=[32]"]
+    one = count_ours("configs/mujoco_halfcheetah_sac.yaml", sets, host=True)
+    apart = count_ours("configs/mujoco_halfcheetah_sac.yaml", [*sets, "sac.num_steps=2"],
+                       host=True)
+    assert set(one) == {"learn_act"} and set(apart) == {"learn_next", "unpack", "prepare", "act"}
+    for program in [*one.values(), *apart.values()]:
         assert isinstance(program["kernels"], int) and program["compile_s"] > 0
     # the gradient step is the largest; acting one step is the smallest
-    assert got["learn_next"]["kernels"] > got["prepare"]["kernels"] > got["act"]["kernels"] > 0
+    assert apart["learn_next"]["kernels"] > apart["prepare"]["kernels"] > \
+        apart["act"]["kernels"] > 0
+    assert one["learn_act"]["kernels"] > apart["learn_next"]["kernels"]

@@ -692,8 +692,8 @@ def test_episode_sums_are_the_per_step_running_sums():
     from jaxrl_dist.actors import episode_sums
 
     rng = np.random.default_rng(0)
-    for _ in range(100):
-        T, n = rng.integers(1, 40), rng.integers(1, 9)
+    for i in range(100):
+        T, n = (1 if i % 4 == 0 else rng.integers(2, 40)), rng.integers(1, 9)   # T=1: its own path
         reward = rng.normal(size=(T, n)).astype(np.float32)
         done = rng.random((T, n)) < rng.random()
         ret0, len0 = rng.normal(size=n), rng.integers(0, 50, n)
@@ -709,6 +709,9 @@ def test_episode_sums_are_the_per_step_running_sums():
         np.testing.assert_allclose(got[2], ret, rtol=1e-9, atol=1e-9)
         np.testing.assert_array_equal(got[3], length)
         assert got[0].dtype == np.float32 and got[1].dtype == np.int32
+        if T == 1:   # one step: exactly the step's own sums
+            np.testing.assert_array_equal(got[0], np.stack(want_r).astype(np.float32))
+            np.testing.assert_array_equal(got[2], ret)
 
 
 def test_a_host_rollout_is_a_plain_loop_of_act_and_step(tmp_path):

@@ -582,3 +582,67 @@ def test_discrete_or_unbounded_actions_and_shards_that_do_not_fit_are_one_line()
                                           r"number of devices .* \(4\)"):
         make_learner(config, sizes_lib.derive_sizes(config, 4), make_env("Pendulum-v1"),
                      sharding.make_layout(jax.devices()[:4]))
+
+
+# Run with the trainer's XLA flags (not the suite's -O0 ones, under which two different
+# programs may round an ulp apart): SAC or CrossQ on the host, one env step a rollout, trained
+# with each update as one program and as the separate programs, each stopped after update 30
+# and resumed; prints {"fused": fingerprint, "apart": ..., "fused_steps": n}.
+ONE_DISPATCH = """
+import json, os, sys
+from jaxrl_dist.protocol import CPU_SCHEDULER_FLAG
+os.environ["XLA_FLAGS"] = CPU_SCHEDULER_FLAG
+os.environ["JAX_PLATFORMS"] = "cpu"
+import jax
+from jaxrl_dist import actors, config as config_lib
+from jaxrl_dist.trainer import train
+base, out = json.loads(sys.argv[1]), sys.argv[2]
+algo = base["algo"]
+config = config_lib.from_dict({**base, "env": "gymnasium:Pendulum-v1", "num_envs": 4,
+                               "total_timesteps": 240, "updates_per_call": 10,
+                               "checkpoint_every": 10,
+                               algo: {**base[algo], "num_steps": 1, "utd": 1}})
+fused_steps = []
+step = actors.HostActors._fused_step
+def counted(self, state):
+    fused_steps.append(1)
+    return step(self, state)
+actors.HostActors._fused_step = counted
+result = {}
+for name in ("fused", "apart"):
+    if name == "apart":
+        actors.HostActors.fusable = lambda self: False
+        result["fused_steps"] = len(fused_steps)
+    os.environ["JAXRL_FAULT"] = "raise@0:30"   # stopped after update 30
+    try:
+        train(config, f"{out}/{name}", progress=False)
+    except RuntimeError as error:
+        assert "injected fault" in str(error)
+    del os.environ["JAXRL_FAULT"]
+    summary = train(config, f"{out}/{name}", resume=True, progress=False)
+    assert summary["status"] == "completed" and summary["env_steps"] == 240
+    result[name] = summary["param_fingerprint"]
+result["apart_steps"] = len(fused_steps) - result["fused_steps"]
+print(json.dumps(result))
+"""
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("base", [SAC, pytest.param(CROSSQ, marks=pytest.mark.slow)],
+                         ids=["sac", "crossq"])
+def test_one_dispatch_a_step_is_the_separate_programs_bit_for_bit(base, tmp_path):
+    """One env step a rollout on a host environment, one device: each update is ONE compiled
+    call (unpack, learn, then act on the next observations with the parameters just learned:
+    ``HostActors.fusable``); it ends on the parameters the separate programs give (learn, then
+    the next rollout's prepare and act), bit for bit at the trainer's XLA flags, through a
+    resume in the middle (each session's first update acts before its program: nothing acted
+    for it yet)."""
+    import subprocess
+    import sys
+
+    proc = subprocess.run([sys.executable, "-c", ONE_DISPATCH, json.dumps(base), str(tmp_path)],
+                          capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["fused_steps"] == 60 and result["apart_steps"] == 0, result   # every update
+    assert result["fused"] == result["apart"]

@@ -29,7 +29,8 @@ class HostDriver(Driver):
                          eval_episodes: int, eval_deterministic: bool) -> Ready:
         """Init (or restore) the state, open this process's environments (seeded from the
         update it starts at) and compile ``learn_next``, which every call of the host actors
-        runs once per update (and, with PBT, its round)."""
+        runs once per update (or, where it applies, ``learn_next`` and the next step's acting
+        as one program: ``HostActors.fusable``), and with PBT its round."""
         seconds = Seconds()
         state, updates_done = init_or_restore(learner, seed_keys, swept, restore)
         host = self.actors = actors_lib.HostActors(
@@ -37,9 +38,13 @@ class HostDriver(Driver):
             updates_done, self.actor_device)
         try:
             abstract = learner.abstract_state()
-            host.unpack = host.unpack.lower(host.abstract_packed()).compile()
-            host.learn = seconds.timed("update", lambda: learner.learn_next.lower(
-                abstract.train, abstract.data, host.abstract_trajectory()).compile())
+            if host.fusable():   # one dispatch an env step: unpack, learn, then act
+                host.learn_act = seconds.timed("update", lambda: host._fuse_learn_act().lower(
+                    abstract.train, abstract.data, host.abstract_packed()).compile())
+            else:
+                host.unpack = host.unpack.lower(host.abstract_packed()).compile()
+                host.learn = seconds.timed("update", lambda: learner.learn_next.lower(
+                    abstract.train, abstract.data, host.abstract_trajectory()).compile())
             lowered = lower_exploit(learner, abstract)   # PBT: its round, between calls
             exploit = None if lowered is None else seconds.timed("pbt", lowered.compile)
         except BaseException:   # the run never starts: its environments' workers end now
