@@ -110,7 +110,7 @@ OURS_HOST = COUNT + SETUP + textwrap.dedent("""
     host = actors.HostActors(learner, spec, sizes, 1, True, jax.random.PRNGKey(config.seed), 0)
     try:
         if host.fusable():   # one program an env step: learn, then act (HostActors.fusable)
-            programs = {"learn_act": host._fuse_learn_act().lower(
+            programs = {"learn_act": host.fuse_learn_act().lower(
                 abstract.train, abstract.data, host.abstract_packed())}
         else:
             programs = {"learn_next": learner.learn_next.lower(abstract.train, abstract.data,

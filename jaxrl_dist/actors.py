@@ -199,6 +199,7 @@ class HostActors:
             self.start, self.stop = process_rows(sharding, self.num_envs)
             self.eval_start, self.eval_stop = process_rows(sharding, eval_episodes)
         self.Ml = self.m1 - self.m0   # members acted for here (1: a single run)
+        self.lead = (self.members,) if self.members else ()   # global arrays' member axis
         self.T = self.agent.steps_per_env
         self.drop = learner.drop_nonfinite   # env_nonfinite: reset
         # acting between updates on a local device of the mesh, or (overlapped) on its own
@@ -215,9 +216,9 @@ class HostActors:
         self.obs_sharding = sharding
         # the train state's shapes, one device's one member's (traced once: init's eval_shape
         # is not free)
-        lead = 1 if self.members else 0
-        self.train_like = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape[lead:], x.dtype),
-                                       learner.abstract_state().train)
+        self.train_like = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape[len(self.lead):], x.dtype),
+            learner.abstract_state().train)
         self._compile_local()
         # the rows become a trajectory on each device, then learn_next (the driver compiles
         # both ahead of time)
@@ -245,7 +246,7 @@ class HostActors:
         self.collected = updates_done   # rollouts collected so far (the next one's update)
         self.float_obs = np.issubdtype(np.dtype(spec.obs_dtype), np.floating)
         self.obs = self.envs.reset(self._seeds(
-            lambda seed_key: keys.host_env_seeds_key(seed_key, updates_done),
+            [keys.host_env_seeds_key(k, updates_done) for k in self.seed_keys],
             self.start, self.stop))
         n = self.Ml * (self.stop - self.start)   # environments here, member-major
         self.episode_return = np.zeros(n, np.float64)   # of the episodes running now
@@ -260,12 +261,13 @@ class HostActors:
     def _put(self, x: Any) -> Any:
         return jax.device_put(x, self.device)
 
-    def _seeds(self, key_of: Callable[[Any], Any], start: int, stop: int) -> list[int]:
+    def _seeds(self, member_keys: list[Any], start: int, stop: int) -> list[int]:
         """Seeds of environments ``[start, stop)`` of each member here, member-major: from
-        ``key_of(the member's seed key)`` and each environment's global index."""
+        the member's key (one per member, in ``seed_keys``' order) and each environment's
+        global index."""
         ids = self._put(np.arange(start, stop, dtype=np.int32))
-        return [seed for seed_key in self.seed_keys for seed in np.asarray(
-            self._seed_fn(self._put(np.asarray(key_of(seed_key))), ids)).tolist()]
+        return [seed for key in member_keys for seed in np.asarray(
+            self._seed_fn(self._put(np.asarray(key)), ids)).tolist()]
 
     def _device(self, x: np.ndarray) -> np.ndarray:
         """Host rows (member-major) -> what acting takes: ``[Ml, rows, ...]`` in a
@@ -398,7 +400,7 @@ class HostActors:
     def _collect(self, read: list[jax.Array] | None, first: Any = None) -> jax.Array:
         """:meth:`collect` from this process's copy of what acting reads (on the acting
         device); ``first``: the one step's actions already taken by the learn program
-        (:meth:`_fuse_learn_act`), nothing else to act on."""
+        (:meth:`fuse_learn_act`), nothing else to act on."""
         acting = noise = None
         if first is None:
             acting, noise = self._prepare(read, self.row_ids)
@@ -463,12 +465,9 @@ class HostActors:
         # SAC step's host time)
         packed = programs.pack_envs_host(Trajectory(steps, self._rows(self.obs), jax.tree.map(
             self._host, jax.device_get(first_carry))))
-        if self.members:   # [members, rows, bytes]: each member's rows on its devices
-            return jax.make_array_from_process_local_data(
-                self.obs_sharding, self._device(packed),
-                (self.members, self.num_envs * A, packed.shape[1]))
-        return jax.make_array_from_process_local_data(
-            self.obs_sharding, packed, (self.num_envs * A, packed.shape[1]))
+        return jax.make_array_from_process_local_data(   # a population's: [members, rows,
+            self.obs_sharding, self._device(packed),      # bytes], each member's on its devices
+            (*self.lead, self.num_envs * A, packed.shape[1]))
 
     def _rows(self, x: np.ndarray, axis: int = 0) -> np.ndarray:
         """A team's ``[..., n, A, ...]`` (environments, agents at ``axis``) -> ``[..., n x A,
@@ -518,7 +517,7 @@ class HostActors:
             return out._replace(truncated=truncated), np.ones(len(out.reward), bool)
         bad = np.logical_or.reduce(list(parts.values()))
         step = self.collected * self.T + t + 1
-        seeds = self._seeds(lambda seed_key: keys.host_env_reset_key(seed_key, step),
+        seeds = self._seeds([keys.host_env_reset_key(k, step) for k in self.seed_keys],
                             self.start, self.stop)
         fresh = self.envs.reset_some(seeds, bad)
         rows = bad.reshape(-1, *([1] * (out.obs.ndim - 1)))
@@ -577,13 +576,13 @@ class HostActors:
     # ------------------------------------------------------------------ one dispatch a step
 
     def fusable(self) -> bool:
-        """Whether each update can be ONE compiled call (:meth:`_fuse_learn_act`): a rollout
+        """Whether each update can be ONE compiled call (:meth:`fuse_learn_act`): a rollout
         of one step (SAC, TD3, CrossQ: a gradient step per env step), a stateless policy, one
         run on a one-device mesh that acting shares (the environments of one process)."""
         return (self.T == 1 and self.on_mesh_device and not self.members
                 and not jax.tree.leaves(self.carry))
 
-    def _fuse_learn_act(self) -> Any:
+    def fuse_learn_act(self) -> Any:
         """jit: (train, data, packed rollout) -> (train, data, metrics, the next step's act
         outputs): ``unpack`` and ``learn_next``, then ``prepare`` and ``act`` on the rollout's
         last observations with the parameters just learned, the next update's keys: what the
@@ -629,8 +628,7 @@ class HostActors:
     def abstract_packed(self) -> jax.ShapeDtypeStruct:
         """:meth:`collect`'s result as a ShapeDtypeStruct (to compile ``unpack`` ahead)."""
         width = programs.packed_width(self.local_like)   # bytes per environment
-        lead = (self.members,) if self.members else ()
-        return jax.ShapeDtypeStruct((*lead, self.num_envs * self.A, width), np.uint8,
+        return jax.ShapeDtypeStruct((*self.lead, self.num_envs * self.A, width), np.uint8,
                                     sharding=self.obs_sharding)
 
     def abstract_trajectory(self) -> Trajectory:
@@ -640,9 +638,8 @@ class HostActors:
                               programs.trajectory_partition(self.learner.layout),
                               is_leaf=lambda x: isinstance(x, jax.sharding.PartitionSpec))
         like = self.trajectory_like(self.num_envs)
-        lead = (self.members,) if self.members else ()
         return Trajectory(*(jax.tree.map(lambda x, s=s: jax.ShapeDtypeStruct(
-            (*lead, *x.shape), x.dtype, sharding=s), t) for t, s in zip(like, placed)))
+            (*self.lead, *x.shape), x.dtype, sharding=s), t) for t, s in zip(like, placed)))
 
     def trajectory_like(self, num_envs: int) -> Trajectory:
         """The shapes of a trajectory of ``num_envs`` environments (a team's: its rows)."""
@@ -681,10 +678,9 @@ class HostActors:
         acting, policy_params = self._acting(local)
         update = int(np.asarray(local.update).reshape(-1)[0])   # every member's the same
         eval_keys = [keys.of_eval(k, update) for k in self.seed_keys]
-        obs = self.eval_envs.reset(self._seeds(
-            lambda seed_key: keys.of_eval(seed_key, update).reset, self.eval_start,
-            self.eval_stop))
-        key_steps = np.stack([np.asarray(k.steps) for k in eval_keys])
+        obs = self.eval_envs.reset(self._seeds([k.reset for k in eval_keys], self.eval_start,
+                                               self.eval_stop))
+        key_steps = np.stack([np.asarray(k.steps) for k in eval_keys])   # [Ml, 2]
         key_steps = self._put(key_steps if self.members else key_steps[0])
         n, A = self.Ml * (self.eval_stop - self.eval_start), self.A
         ids = self._put(np.arange(self.eval_start * A, self.eval_stop * A, dtype=np.int32))

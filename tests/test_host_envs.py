@@ -470,21 +470,9 @@ def test_a_host_population_through_the_launcher_equals_one_process_and_resumes(t
     assert [m["param_fingerprint"] for m in two["members"]] == prints
     assert [m["eval_return"] for m in two["members"]] == [m["eval_return"]
                                                           for m in one["members"]]
-    run = tmp_path / "killed"
-    proc, _ = train_cli(run, devices=2, args=HOST_POP_ARGS, config=cfg,
-                        JAXRL_FAULT="kill@0:6", **PLUGIN)
-    assert proc.returncode == -9, proc.stderr[-3000:]
-    shutil.copytree(run, tmp_path / "copy")
-    finished = []
-    for path in (run, tmp_path / "copy"):
-        proc, _ = train_cli(path, "--resume", devices=2, args=HOST_POP_ARGS, config=cfg,
-                            **PLUGIN)
-        assert proc.returncode == 0, proc.stderr[-3000:]
-        said = proc.stdout + proc.stderr
-        assert re.search(r"resuming at [36]\b", said) and "started afresh: actors" in said
-        resumed = json.loads((path / "summary.json").read_text())
-        assert resumed["env_steps"] == 768
-        finished.append([m["param_fingerprint"] for m in resumed["members"]])
+    finished = [[m["param_fingerprint"] for m in resumed["members"]]
+                for resumed in _killed_then_resumed_twice(tmp_path / "killed", 2,
+                                                          HOST_POP_ARGS)]
     assert finished[0] == finished[1] and len(set(finished[0])) == 4
 
 
@@ -603,25 +591,36 @@ def test_a_hung_async_environment_is_stopped_by_the_step_timeout(tmp_path):
     assert time.monotonic() - start < 90
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(400)
-def test_kill_9_then_resume_reseeds_fresh_episodes_deterministically(tmp_path):
+def _killed_then_resumed_twice(run, devices, args):
+    """``configs/gymnasium_cartpole.yaml`` with ``args`` killed with -9 after update 6, then
+    resumed from its last checkpoint twice (the run and a copy of it): each resume's
+    summary.json."""
     cfg = "configs/gymnasium_cartpole.yaml"
-    run = tmp_path / "run"
-    proc, _ = train_cli(run, devices=1, args=HOST_ARGS, config=cfg, JAXRL_FAULT="kill@0:6",
+    proc, _ = train_cli(run, devices=devices, args=args, config=cfg, JAXRL_FAULT="kill@0:6",
                         **PLUGIN)
     assert proc.returncode == -9, proc.stderr[-3000:]
-    shutil.copytree(run, tmp_path / "copy")
-    finished = []
-    for path in (run, tmp_path / "copy"):
-        proc, summary = train_cli(path, "--resume", devices=1, args=HOST_ARGS, config=cfg,
-                                  **PLUGIN)
+    copy = run.parent / f"{run.name}_copy"
+    shutil.copytree(run, copy)
+    resumed = []
+    for path in (run, copy):
+        proc, _ = train_cli(path, "--resume", devices=devices, args=args, config=cfg,
+                            **PLUGIN)
         assert proc.returncode == 0, proc.stderr[-3000:]
         said = proc.stdout + proc.stderr
         assert re.search(r"resuming at [36]\b", said), said[-2000:]
         assert "started afresh: actors" in said
+        summary = json.loads((path / "summary.json").read_text())
         assert summary["env_steps"] == 768
-        finished.append(summary["param_fingerprint"])
+        resumed.append(summary)
+    return resumed
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(400)
+def test_kill_9_then_resume_reseeds_fresh_episodes_deterministically(tmp_path):
+    cfg = "configs/gymnasium_cartpole.yaml"
+    finished = [summary["param_fingerprint"]
+                for summary in _killed_then_resumed_twice(tmp_path / "run", 1, HOST_ARGS)]
     assert finished[0] == finished[1]   # re-seeded from (seed, update): the same episodes
     _, summary = train_cli(tmp_path / "straight", devices=1, args=HOST_ARGS, config=cfg,
                            **PLUGIN)
@@ -733,8 +732,8 @@ def test_a_host_rollout_is_a_plain_loop_of_act_and_step(tmp_path):
     host = run.driver.actors
     reference = host.spec.host(host.stop - host.start, False)
     try:
-        obs = reference.reset(host._seeds(lambda seed_key: keys.host_env_seeds_key(seed_key, 0),
-                                          host.start, host.stop))
+        obs = reference.reset(host._seeds(
+            [keys.host_env_seeds_key(k, 0) for k in host.seed_keys], host.start, host.stop))
         np.testing.assert_array_equal(obs, host.obs)
         local = host._local(run.state.train)
         acting = host.agent.acting(local)

@@ -39,7 +39,7 @@ class HostDriver(Driver):
         try:
             abstract = learner.abstract_state()
             if host.fusable():   # one dispatch an env step: unpack, learn, then act
-                host.learn_act = seconds.timed("update", lambda: host._fuse_learn_act().lower(
+                host.learn_act = seconds.timed("update", lambda: host.fuse_learn_act().lower(
                     abstract.train, abstract.data, host.abstract_packed()).compile())
             else:
                 host.unpack = host.unpack.lower(host.abstract_packed()).compile()
