@@ -104,6 +104,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--envs", type=int, nargs="*", default=[4, 256, 2048, 16384],
                         help="accel: global env counts (none: skip the throughput part)")
     parser.add_argument("--updates", type=int, default=50, help="accel: updates per run")
+    parser.add_argument("--command-buffers", nargs="+", default=["auto", "xla"],
+                        choices=["auto", "xla", "disabled"],
+                        help="accel: ours once per gpu_command_buffers value (default: auto, "
+                        "the shipped one, and xla, XLA's defaults)")
+    parser.add_argument("--host-sac-steps", type=int, default=0,
+                        help="accel: host SAC on HalfCheetah-v5 for this many learning env "
+                        "steps (0: skip)")
     parser.add_argument("--rejax-python", type=Path, help="rejax, kernels, learning, "
                         "population, accel: an interpreter that imports rejax 0.1.3 and gymnax "
                         "0.0.9 (default: .bench/rejax's, which rejax and kernels create)")

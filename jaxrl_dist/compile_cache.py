@@ -148,6 +148,25 @@ def run_once_options(devices) -> dict[str, int] | None:
             if all(d.platform == "cpu" for d in devices) else None)
 
 
+# XLA's default command buffer kinds (jaxlib 0.10-0.11) plus loops and conditionals: with
+# WHILE and CONDITIONAL a scan's trips run inside the CUDA graph (conditional nodes), so an
+# update of thousands of small kernel launches becomes one graph launch.
+GPU_LOOP_GRAPHS = "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,DYNAMIC_SLICE_FUSION,WHILE,CONDITIONAL"
+
+
+def speed_options(devices, command_buffers: str = "auto") -> dict[str, str] | None:
+    """XLA compile options for the programs whose speed is the run's (the update; on host
+    environments the learn step): on GPUs, ``gpu_command_buffers`` (config) as XLA's
+    ``xla_gpu_enable_command_buffer``; ``auto`` graphs whole loops (small batches are
+    launch-bound there: one kernel launch per op per scan trip). None (the programs as they
+    were) on CPUs and TPUs, or with ``xla`` (XLA's defaults). XLA itself drops the loop kinds
+    where the CUDA toolkit or driver cannot run conditional graph nodes."""
+    if command_buffers == "xla" or not all(d.platform == "gpu" for d in devices):
+        return None
+    return {"xla_gpu_enable_command_buffer": GPU_LOOP_GRAPHS if command_buffers == "auto"
+            else ""}
+
+
 def _threefry_rolled(key1: Any, key2: Any, x1: Any, x2: Any) -> tuple[Any, Any]:
     """JAX's rolled CPU threefry (5 trips of 4 rounds, then a key injection) with the same
     uint32 arithmetic, but a loop carry of the two words only: the trip's rotations and key

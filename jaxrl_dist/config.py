@@ -216,6 +216,14 @@ class Config:
         "float32 matmuls and convolutions: 'default' = the backend's (TF32 on Ampere/Hopper "
         "GPUs, full float32 on CPUs), 'float32' (full, to compare a GPU with a CPU), "
         "'tensorfloat32' or 'bfloat16'; recorded in the summary", default="default")
+    gpu_command_buffers: str = _doc(
+        "on GPUs, how the update's kernels are launched: 'auto' = XLA's command buffers (CUDA "
+        "graphs) with its loops and conditionals inside them too, so a whole update of small "
+        "kernels is one graph launch, not one launch per kernel (XLA drops the loop commands "
+        "itself where the CUDA driver cannot run them); 'xla' = XLA's own defaults (straight-"
+        "line runs of kernels graphed, every loop trip launched from the host); 'disabled' = "
+        "no command buffers. Nothing changes on CPUs or TPUs; the summary's xla_options says what "
+        "the update compiled with", default="auto")
     compile_cache: str | None = _doc("persistent XLA compilation cache shared by every run and "
                                      "process on this machine; 'auto' = $JAXRL_DIST_CACHE, else "
                                      "$XDG_CACHE_HOME/jaxrl_dist/xla, else "
@@ -240,6 +248,9 @@ class Config:
 
 # What a non-finite value from an environment does (``env_nonfinite``).
 ENV_NONFINITE = ("error", "reset")
+
+# gpu_command_buffers values offered (compile_cache.speed_options)
+GPU_COMMAND_BUFFERS = ("auto", "xla", "disabled")
 
 # jax_default_matmul_precision values offered ("default" leaves JAX's own choice).
 MATMUL_PRECISIONS = ("default", "float32", "tensorfloat32", "bfloat16")
@@ -425,6 +436,9 @@ def check(config: Config) -> None:
     require(c.matmul_precision in MATMUL_PRECISIONS,
             f"matmul_precision must be one of {', '.join(MATMUL_PRECISIONS)}, got "
             f"{c.matmul_precision!r}")
+    require(c.gpu_command_buffers in GPU_COMMAND_BUFFERS,
+            f"gpu_command_buffers must be one of {', '.join(GPU_COMMAND_BUFFERS)}, got "
+            f"{c.gpu_command_buffers!r}")
     algorithm = c.algorithm
     steps = algorithm.steps_per_env(c.agent)
     require(c.total_timesteps >= c.num_envs * steps,

@@ -210,6 +210,9 @@ class Learner(NamedTuple):
                                       #   -> pbt: an update's finished episodes into each
                                       #   member's fitness window (the fused update's own step),
                                       #   a program apart so learn_next stays bit for bit
+    speed_options: dict | None = None  # XLA options the update (learn_next on host
+                                      #   environments) compiles with: on GPUs, whole loops
+                                      #   in CUDA graphs (compile_cache.speed_options)
 
 
 class RunSettings(NamedTuple):
@@ -259,7 +262,9 @@ def make_learner(config: Config, sizes: Sizes, spec: EnvSpec, layout: Layout | M
     if not acting_whole:
         agent = make(sizes, layout)
     learner = build(agent, sizes, spec, layout, RunSettings.of(config), whole=whole)
-    return learner._replace(replicated=replicated, acts_whole=acting_whole)
+    return learner._replace(replicated=replicated, acts_whole=acting_whole,
+                            speed_options=compile_cache.speed_options(
+                                learner.layout.mesh.devices.flat, config.gpu_command_buffers))
 
 
 def replicates(config: Config, spec: EnvSpec, layout: Layout) -> bool:

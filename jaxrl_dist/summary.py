@@ -69,6 +69,8 @@ def build(run: Run, stats: list[tuple[float, str]], pbt_state: Any = None,
         "replicate_learn": run.learner.replicated,
         "replicate_act": run.learner.acts_whole,
         "device_kind": run.device_kind, "matmul_precision": c.matmul_precision,
+        # what the update compiled with beyond XLA's defaults (on GPUs, gpu_command_buffers)
+        "xla_options": dict(run.learner.speed_options or {}),
         "jax_version": jax.__version__, "jaxrl_dist_version": jaxrl_dist.__version__,
         "run_dir": str(run.run_dir),
     }

@@ -40,7 +40,8 @@ def tiny_config():
 # The smoke tier (`pytest -m smoke`): what CI runs again on Python 3.12 with the newest JAX the
 # pins allow, one test per capability: train, the launcher on 2 processes, resume, DQN, an
 # environment suite, a host (Gymnasium) environment, the compile cache's version-guarded patch,
-# the import graph, recurrent PPO's replay, the ONNX export (feed-forward and recurrent), SAC.
+# the import graph, recurrent PPO's replay, the ONNX export (feed-forward and recurrent), SAC, the
+# GPU compile options.
 SMOKE = {
     "tests/test_train.py::test_cartpole_learns_and_writes_run_files",
     "tests/test_launch.py::test_two_processes_match_one_process_four_devices",
@@ -50,6 +51,8 @@ SMOKE = {
     "tests/test_env_suites.py::test_adapter_step_equals_library_step[jumanji]",
     "tests/test_compile_cache.py::test_every_process_writes_its_cpu_entries_on_the_supported_jax",
     "tests/test_compile_cache.py::test_second_run_reads_every_program_from_the_cache",
+    # the GPU machines run the newest jax: its XLA must take gpu_command_buffers' options
+    "tests/test_compile_cache.py::test_gpu_command_buffers_are_options_this_jaxlib_takes_and_nothing_elsewhere",
     "tests/test_imports.py",
     "tests/test_host_envs.py::test_every_learner_trains_on_a_registered_host_env[ppo]",
     "tests/test_recurrent.py::test_first_minibatch_replays_the_rollout[2]",

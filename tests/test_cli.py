@@ -50,6 +50,8 @@ BAD = [  # (argv, words the one-line message must contain)
     ([DQN, "--set", "population.sweep={dqn.n_step: [1, 3]}"], ["dqn.n_step", "shapes"]),
     ([CFG, "--set", "algo=[1]"], ["algo", "string"]),
     ([CFG, "--set", "matmul_precision=fast"], ["matmul_precision", "float32", "'fast'"]),
+    ([CFG, "--set", "gpu_command_buffers=graphs"],
+     ["gpu_command_buffers", "auto, xla, disabled", "'graphs'"]),
     ([CFG, "--set", "max_nonfinite_skips=0"], ["max_nonfinite_skips", ">= 1"]),
     ([CFG, "--set", "env_nonfinite=ignore"], ["env_nonfinite", "error, reset", "'ignore'"]),
     ([CFG, "--set", "num_envs"], ["KEY=VALUE"]),

@@ -118,3 +118,67 @@ def test_every_process_writes_its_cpu_entries_on_the_supported_jax():
     assert lo <= compile_cache._jax_version() < hi, jax.__version__
     assert compile_cache._write_from_every_process()
     assert getattr(compiler._cache_write, "_jaxrl_dist", False)
+
+
+def test_gpu_command_buffers_are_options_this_jaxlib_takes_and_nothing_elsewhere():
+    """``gpu_command_buffers`` becomes XLA's ``xla_gpu_enable_command_buffer`` on GPUs only;
+    every value it sets is one the installed jaxlib parses (XLA:CPU takes and ignores the GPU
+    options, so a kind renamed or removed in a jaxlib raises here: CI runs this on jax 0.10.2 and
+    on the newest allowed, the GPU machines' 0.11.x), and a loop compiled with them computes
+    what it computes without."""
+    from types import SimpleNamespace
+
+    gpus, cpus = [SimpleNamespace(platform="gpu")] * 2, jax.devices()[:1]
+    assert compile_cache.speed_options(gpus, "auto") == {
+        "xla_gpu_enable_command_buffer": compile_cache.GPU_LOOP_GRAPHS}
+    assert {"WHILE", "CONDITIONAL"} <= set(compile_cache.GPU_LOOP_GRAPHS.split(","))
+    assert compile_cache.speed_options(gpus, "disabled") == {"xla_gpu_enable_command_buffer": ""}
+    assert compile_cache.speed_options(gpus, "xla") is None
+    assert compile_cache.speed_options([*gpus, *cpus], "auto") is None   # not all GPUs
+    for value in config_lib.GPU_COMMAND_BUFFERS:
+        assert compile_cache.speed_options(cpus, value) is None
+
+    def loop(x):
+        return jax.lax.fori_loop(0, 7, lambda i, y: jax.lax.cond(i % 2 == 0, jax.numpy.sin,
+                                                                  jax.numpy.cos, y) * 1.5, x)
+
+    x = jax.numpy.linspace(0.0, 1.0, 16)
+    lowered = jax.jit(loop).lower(x)
+    plain = lowered.compile()(x)
+    for value in ("auto", "disabled"):
+        options = compile_cache.speed_options(gpus, value)
+        assert (lowered.compile(options)(x) == plain).all()
+    with pytest.raises(Exception, match="not a valid enum value"):   # the check has teeth
+        lowered.compile({"xla_gpu_enable_command_buffer": "FUSION,NO_SUCH_KIND"})
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("env", ["CartPole-v1", "gymnasium:CartPole-v1"])
+def test_the_update_compiles_with_the_speed_options_and_the_summary_says_so(env, tmp_path,
+                                                                            monkeypatch):
+    """Where ``speed_options`` gives options (GPUs), the update program (the fused driver's) or
+    the learn step (the host driver's) compiles with them and ``summary.json``'s xla_options
+    records them; here they are GPU options on a CPU, which XLA:CPU ignores: the parameters are
+    those of a run without them. Without them (every CPU run) xla_options is empty."""
+    sets = [f"env={env}", "num_envs=4", "total_timesteps=384", "updates_per_call=3",
+            "ppo.num_steps=16", "ppo.update_epochs=1", "ppo.num_minibatches=2",
+            "eval_episodes=2", "compile_cache=null"]
+    config = config_lib.load("configs/cartpole.yaml", sets)
+    plain = train(config, tmp_path / "plain", devices=jax.devices()[:1], progress=False)
+    assert plain["xla_options"] == {}
+
+    fast = {"xla_gpu_enable_command_buffer": compile_cache.GPU_LOOP_GRAPHS}
+    monkeypatch.setattr(compile_cache, "speed_options", lambda devices, value: dict(fast))
+    compiled = []
+    real = jax.stages.Lowered.compile
+
+    def spy(self, compiler_options=None, **kwargs):
+        compiled.append((self.as_text().split("\n", 1)[0], compiler_options))
+        return real(self, compiler_options, **kwargs)
+
+    monkeypatch.setattr(jax.stages.Lowered, "compile", spy)
+    summary = train(config, tmp_path / "fast", devices=jax.devices()[:1], progress=False)
+    assert summary["xla_options"] == fast
+    program = "@jit_update" if env == "CartPole-v1" else "@jit_learn_next"
+    assert [options for name, options in compiled if program in name] == [fast], compiled
+    assert summary["param_fingerprint"] == plain["param_fingerprint"]

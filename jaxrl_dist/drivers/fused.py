@@ -29,7 +29,10 @@ class FusedDriver(Driver):
         5 alternated pairs, faster in each, the same bits; Zen 5 EPYC, 2026-11-30). Init and
         the evaluation, which run once or rarely, compile at a cheaper level."""
         del eval_episodes, eval_deterministic   # compiled into learner.evaluate
-        once = compile_cache.run_once_options(learner.layout.mesh.devices.flat)
+        fast = learner.speed_options   # the update's (on GPUs: loops in CUDA graphs)
+        # init and the evaluation: cheaper on CPUs; on GPUs the evaluation's episode loop is
+        # launch-bound like the update's
+        once = compile_cache.run_once_options(learner.layout.mesh.devices.flat) or fast
         abstract = learner.abstract_state()
         call_sizes = set(sizes_lib.calls(sizes))   # a resume off this grid compiles more below
         seconds = Seconds()
@@ -42,7 +45,7 @@ class FusedDriver(Driver):
             pending = {}
             for n in sorted(call_sizes):
                 low = seconds.timed("update", learner.update.lower, abstract, n)
-                pending[n] = pool.submit(seconds.timed, "update", low.compile)
+                pending[n] = pool.submit(seconds.timed, "update", low.compile, fast)
             lowered_eval = seconds.timed("evaluate", learner.evaluate.lower, abstract.train,
                                          seed_keys, env_inputs.eval)
 
@@ -63,7 +66,7 @@ class FusedDriver(Driver):
             raise
         pool.shutdown(wait=False)   # the evaluation's compile goes on
         for n in set(sizes_lib.calls(sizes, updates_done)) - set(compiled):   # resumed off
-            compiled[n] = learner.update.lower(abstract, n).compile()          # this grid
+            compiled[n] = learner.update.lower(abstract, n).compile(fast)      # this grid
         jax.block_until_ready(state)
         return Ready(state, updates_done, compiled, evaluate, seconds, exploit)
 

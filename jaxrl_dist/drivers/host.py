@@ -38,13 +38,14 @@ class HostDriver(Driver):
             updates_done, self.actor_device)
         try:
             abstract = learner.abstract_state()
+            fast = learner.speed_options   # on GPUs: loops in CUDA graphs
             if host.fusable():   # one dispatch an env step: unpack, learn, then act
                 host.learn_act = seconds.timed("update", lambda: host.fuse_learn_act().lower(
-                    abstract.train, abstract.data, host.abstract_packed()).compile())
+                    abstract.train, abstract.data, host.abstract_packed()).compile(fast))
             else:
                 host.unpack = host.unpack.lower(host.abstract_packed()).compile()
                 host.learn = seconds.timed("update", lambda: learner.learn_next.lower(
-                    abstract.train, abstract.data, host.abstract_trajectory()).compile())
+                    abstract.train, abstract.data, host.abstract_trajectory()).compile(fast))
             lowered = lower_exploit(learner, abstract)   # PBT: its round, between calls
             exploit = None if lowered is None else seconds.timed("pbt", lowered.compile)
         except BaseException:   # the run never starts: its environments' workers end now
