@@ -32,7 +32,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from benches.common import PEERS, _fmt, run_command, stats, train_cmd
+from benches.common import PEERS, _fmt, learning_rate, run_command, stats, train_cmd
 from benches.learning import hparams
 from benches.rejax import rejax_python
 
@@ -65,16 +65,6 @@ def _ours(args, sets: list[str], config: str | None = None) -> dict[str, Any]:
             "compile_time_s": summary["compile_time_s"], "xla_options": summary["xla_options"],
             "final": [m["eval_return"] for m in summary.get("members", [])]
             or [summary["eval_return"]], "rows": [r for r in rows if "sps" in r]}
-
-
-def learning_rate(rows: list[dict], after: int) -> float:
-    """Env steps/s once learning runs: from the first metrics row at or past ``after`` env
-    steps to the second-to-last. A row's ``time_s`` is when it was logged, after the NEXT call
-    (a host call steps its environments before it returns), so each row's time is the next
-    call's end and the last row, logged at once after the last call, adds no call's time."""
-    start = next(r for r in rows if r["env_steps"] >= after)
-    end = rows[-2]
-    return (end["env_steps"] - start["env_steps"]) / (end["time_s"] - start["time_s"])
 
 
 def _rejax(args, hp: dict, seeds: list[int], steps: int) -> dict[str, Any]:

@@ -31,6 +31,9 @@ Measures what docs/benchmarks.md reports, by running the real command lines as s
               1 and 2 processes, each on its own core (benches/host.py)
   replay      a DQN checkpoint's size and save time with and without its replay buffer
               (--config a dqn config; benches/replay.py)
+  sac-limit   host SAC on HalfCheetah-v5 (one env) against the limit measured in the same
+              sitting, 1 / (a minimal flax/optax SAC step + one MuJoCo step), and beside sbx's
+              SAC (its own venv) (benches/sac_limit.py)
 
 Every measurement is repeated (--repeats) and reported as min / median / max; results go to
 OUT/NAME.json and OUT/NAME.md. Nothing here is used by training.
@@ -65,6 +68,7 @@ BENCHES = {
     "atari": ("atari", "bench_atari"),
     "host": ("host", "bench_host"),
     "host-throughput": ("host", "bench_host_throughput"),
+    "sac-limit": ("sac_limit", "bench_sac_limit"),
 }
 
 
@@ -108,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
                         choices=["auto", "xla", "disabled"],
                         help="accel: ours once per gpu_command_buffers value (default: auto, "
                         "the shipped one, and xla, XLA's defaults)")
+    parser.add_argument("--sac-steps", type=int, default=4000,
+                        help="sac-limit: env steps of learning per run (each one gradient step)")
     parser.add_argument("--host-sac-steps", type=int, default=0,
                         help="accel: host SAC on HalfCheetah-v5 for this many learning env "
                         "steps (0: skip)")

@@ -159,3 +159,13 @@ def repeat(label: str, make_cmd, repeats: int, **env: str) -> dict[str, Any]:
         "solved_at_env_steps": [r["summary"].get("solved_at_env_steps") for r in runs],
         "status": [r["summary"]["status"] for r in runs],
     }
+
+
+def learning_rate(rows: list[dict], after: int) -> float:
+    """Env steps/s once learning runs: from the first metrics row at or past ``after`` env
+    steps to the second-to-last. A row's ``time_s`` is when it was logged, after the NEXT call
+    (a host call steps its environments before it returns), so each row's time is the next
+    call's end and the last row, logged at once after the last call, adds no call's time."""
+    start = next(r for r in rows if r["env_steps"] >= after)
+    end = rows[-2]
+    return (end["env_steps"] - start["env_steps"]) / (end["time_s"] - start["time_s"])
