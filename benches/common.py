@@ -163,9 +163,11 @@ def repeat(label: str, make_cmd, repeats: int, **env: str) -> dict[str, Any]:
 
 def learning_rate(rows: list[dict], after: int) -> float:
     """Env steps/s once learning runs: from the first metrics row at or past ``after`` env
-    steps to the second-to-last. A row's ``time_s`` is when it was logged, after the NEXT call
-    (a host call steps its environments before it returns), so each row's time is the next
-    call's end and the last row, logged at once after the last call, adds no call's time."""
+    steps to the second-to-last (the last can hold the final evaluation). A row's ``time_s``
+    is when its calls ended; before 2026-11-30 it was when the row was logged, after the NEXT
+    call, which for host calls (they step their environments before returning) put every
+    row's time a call late: timed from a row to the LAST row, that counted one call's steps
+    more than its time (the host SAC rates of 2026-11-27 to 2026-11-30 ~1.3x too high)."""
     start = next(r for r in rows if r["env_steps"] >= after)
     end = rows[-2]
     return (end["env_steps"] - start["env_steps"]) / (end["time_s"] - start["time_s"])

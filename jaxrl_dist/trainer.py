@@ -525,9 +525,11 @@ def _log(run: Run, writer: reporting.Background, speed: _Speed, metrics: Any, up
     begin = time.perf_counter()
     host = run.layout.to_host(metrics)
     begin = run.timed("loop_wait_metrics", begin)   # the device's call still running
+    # time_s: when the row's calls ended (a host call: when it returned, its environments
+    # stepped), not when the row is logged after the NEXT call, a whole host call later
     head = {"env_steps": updates * run.sizes.batch_size, "updates": updates,
             "sps": speed.rate(steps, done_at) * (run.layout.members or 1),
-            "time_s": time.perf_counter() - run.start}
+            "time_s": (done_at[0] if done_at else time.perf_counter()) - run.start}
     run.watch.observe(host, updates)
     _check_environments(run, host, updates)
     if pbt_round is not None:
