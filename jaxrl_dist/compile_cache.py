@@ -209,6 +209,16 @@ def install_rolled_threefry() -> bool:
     return True
 
 
+def unroll_run_once() -> bool:
+    """Whether init and the evaluation lower their threefry unrolled too (programs.py): on jax
+    0.10 they then compile to about half the kernels (CartPole PPO's init 73 -> 36, its
+    evaluation 46 -> 28; Pendulum SAC's 81 -> 35 and 46 -> 31) with the same bits. jaxlib
+    0.11.2's XLA did not finish compiling them that way (CartPole's evaluation still compiling
+    after minutes, one core busy, where rolled it takes 0.8 s; 2026-11-30), so from jax 0.11
+    they keep the loop."""
+    return _jax_version() < (0, 11)
+
+
 @contextlib.contextmanager
 def unrolled_threefry():
     """Programs LOWERED inside draw jax.random's threefry hash unrolled on CPU, as JAX does on
@@ -217,9 +227,10 @@ def unrolled_threefry():
 
     On CPU JAX lowers each hash as a 5-trip while loop: several small kernels per call site.
     Unrolled, each hash is one larger fused kernel: PPO's update program compiles ~25 % faster
-    (260 -> 209 kernels), while init and evaluation, at level 1, compile slower, so they keep
-    the loop (docs/benchmarks_history.md); so do the off-policy continuous learners' updates,
-    whose many sampling sites XLA copies unrolled into each consumer (``Agent.unroll_threefry``;
+    (260 -> 209 kernels); init and evaluation unrolled compile to half the kernels, each a
+    little slower (:func:`unroll_run_once`); the off-policy continuous learners' updates keep
+    the loop, whose many sampling sites XLA copies unrolled into each consumer
+    (``Agent.unroll_threefry``;
     jaxlib 0.11.2 did not finish compiling SAC's that way). The same uint32 arithmetic, so the
     same bits (tested).
     Uses JAX internals (jax 0.10); if they moved, nothing changes but compile time.

@@ -53,6 +53,8 @@ SMOKE = {
     "tests/test_compile_cache.py::test_second_run_reads_every_program_from_the_cache",
     # the GPU machines run the newest jax: its XLA must take gpu_command_buffers' options
     "tests/test_compile_cache.py::test_gpu_command_buffers_are_options_this_jaxlib_takes_and_nothing_elsewhere",
+    # init and the evaluation unroll their hash on jax 0.10 only (0.11.2 compiled them for minutes)
+    "tests/test_compile_cache.py::test_init_and_evaluation_draw_unrolled_where_this_jax_compiles_them_and_the_same_bits",
     "tests/test_imports.py",
     "tests/test_host_envs.py::test_every_learner_trains_on_a_registered_host_env[ppo]",
     "tests/test_recurrent.py::test_first_minibatch_replays_the_rollout[2]",

@@ -182,3 +182,42 @@ def test_the_update_compiles_with_the_speed_options_and_the_summary_says_so(env,
     program = "@jit_update" if env == "CartPole-v1" else "@jit_learn_next"
     assert [options for name, options in compiled if program in name] == [fast], compiled
     assert summary["param_fingerprint"] == plain["param_fingerprint"]
+
+
+def test_init_and_evaluation_draw_unrolled_where_this_jax_compiles_them_and_the_same_bits(
+        monkeypatch):
+    """On jax 0.10 init and the evaluation lower jax.random's hash unrolled (no loop: about
+    half their kernels) and compute exactly what the loop computes; from jax 0.11 they keep the
+    loop (jaxlib 0.11.2 did not finish compiling them unrolled)."""
+    import numpy as np
+
+    from jaxrl_dist import sharding
+    from jaxrl_dist import sizes as sizes_lib
+    from jaxrl_dist.envs import make_env
+    from jaxrl_dist.programs import make_learner
+
+    config = config_lib.from_dict({**TINY, "eval_episodes": 3})
+    layout = sharding.make_layout(jax.devices()[:1])
+    key = jax.random.PRNGKey(7)
+
+    def programs():   # a learner of its own: JAX caches a program's lowering, not the rule's
+        learner = make_learner(config, sizes_lib.derive_sizes(config, 1),
+                               make_env(config.env), layout)
+        init = learner.init_program.lower(key, {}, ())
+        state = init.compile()(key, {}, ())
+        evaluate = learner.evaluate.lower(state.train, key, ())
+        return (init.as_text(), evaluate.as_text(), state,
+                evaluate.compile()(state.train, key, ()))
+
+    unrolled = compile_cache.unroll_run_once()
+    assert unrolled == (compile_cache._jax_version() < (0, 11))
+    init_text, eval_text, state, result = programs()
+    monkeypatch.setattr(compile_cache, "unroll_run_once", lambda: False)
+    loop_init, loop_eval, loop_state, loop_result = programs()
+    assert "stablehlo.while" in loop_init and ("stablehlo.while" in init_text) is not unrolled
+    loops = [text.count("stablehlo.while") for text in (eval_text, loop_eval)]
+    assert (loops[0] < loops[1]) is unrolled and loops[0] >= 1, loops   # the episodes' loop
+    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(loop_state)):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    assert {k: float(v) for k, v in result.items()} == {
+        k: float(v) for k, v in loop_result.items()}
