@@ -820,3 +820,33 @@ def test_recurrent_ppo_on_host_envs_resumes_and_overlaps(tmp_path):
                               args=[*args, "--set", "overlap_actors=true"])
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert summary["status"] == "completed" and np.isfinite(summary["eval_return"])
+
+
+def test_a_metrics_row_is_timed_when_its_calls_ended(plugin, tmp_path, monkeypatch):
+    """A host call steps its environments before it returns, and its row is logged after the
+    NEXT call: the row's ``time_s`` is when its own calls ended. Each call here takes 0.8 s of
+    host work more: the first row comes one call (not two) into the loop, and every interval
+    between rows holds a call's 0.8 s, the last too (timed at the log, the last row followed the
+    one before it by the final evaluation's time only)."""
+    import time
+
+    import jax
+
+    from jaxrl_dist import actors
+    from jaxrl_dist.trainer import train
+
+    collect = actors.HostActors._collect
+
+    def slow(self, *args, **kwargs):
+        time.sleep(0.8)
+        return collect(self, *args, **kwargs)
+
+    monkeypatch.setattr(actors.HostActors, "_collect", slow)
+    config = _tiny("ppo", env=CORRIDOR, updates_per_call=1)
+    summary = train(config, tmp_path / "run", devices=jax.devices()[:1], progress=False)
+    rows = [json.loads(line) for line in (tmp_path / "run/metrics.jsonl").open()]
+    times = [r["time_s"] for r in rows if "sps" in r]
+    phases = summary["time_s"]
+    loop_start = phases["start_up"] + phases["compile_and_init"] + phases["first_save"]
+    assert len(times) == 4 and 0.8 <= times[0] - loop_start < 1.55, (times, phases)
+    assert all(b - a >= 0.78 for a, b in zip(times, times[1:])), times
