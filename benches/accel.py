@@ -28,11 +28,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from benches.common import PEERS, _fmt, learning_rate, run_command, stats, train_cmd
+from benches.common import PEERS, _fmt, cold_run, learning_rate, run_command, stats
 from benches.learning import hparams
 from benches.rejax import rejax_python
 
@@ -56,15 +55,12 @@ HOST_SAC_STARTS = 1000   # env steps of random actions before the first gradient
 
 
 def _ours(args, sets: list[str], config: str | None = None) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory() as tmp:   # fresh run dir and compile cache: a cold run
-        cmd = train_cmd(Path(tmp) / "run", None, config or args.config, [*sets, *args.set])
-        out = run_command(cmd, timeout=args.timeout, JAXRL_DIST_CACHE=str(Path(tmp) / "xla"))
-        summary = json.loads((Path(tmp) / "run/summary.json").read_text())
-        rows = [json.loads(line) for line in (Path(tmp) / "run/metrics.jsonl").open()]
+    out = cold_run(args, config or args.config, sets)   # on the machine's own accelerator
+    summary = out["summary"]
     return {"wall_s": out["wall_s"], "sps": summary["sps"],
             "compile_time_s": summary["compile_time_s"], "xla_options": summary["xla_options"],
             "final": [m["eval_return"] for m in summary.get("members", [])]
-            or [summary["eval_return"]], "rows": [r for r in rows if "sps" in r]}
+            or [summary["eval_return"]], "rows": out["rows"]}
 
 
 def _rejax(args, hp: dict, seeds: list[int], steps: int) -> dict[str, Any]:

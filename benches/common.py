@@ -161,6 +161,18 @@ def repeat(label: str, make_cmd, repeats: int, **env: str) -> dict[str, Any]:
     }
 
 
+def cold_run(args, config: str, sets: list[str], devices: int | None = None) -> dict[str, Any]:
+    """One ``jaxrl_dist.train`` run of ``config`` with ``sets`` and ``--set``'s, in a fresh run
+    directory and compile cache (a cold run): its wall time, summary and the metrics rows of
+    its calls (those with ``sps``)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cmd = train_cmd(Path(tmp) / "run", devices, config, [*sets, *args.set])
+        out = run_command(cmd, timeout=args.timeout, JAXRL_DIST_CACHE=str(Path(tmp) / "xla"))
+        summary = json.loads((Path(tmp) / "run/summary.json").read_text())
+        rows = [json.loads(line) for line in (Path(tmp) / "run/metrics.jsonl").open()]
+    return {"wall_s": out["wall_s"], "summary": summary, "rows": [r for r in rows if "sps" in r]}
+
+
 def learning_rate(rows: list[dict], after: int) -> float:
     """Env steps/s once learning runs: from the first metrics row at or past ``after`` env
     steps to the second-to-last (the last can hold the final evaluation). A row's ``time_s``

@@ -23,9 +23,8 @@ import json
 import statistics
 import sys
 import textwrap
-from pathlib import Path
 
-from benches.common import PEERS, learning_rate, run_command, train_cmd
+from benches.common import PEERS, cold_run, learning_rate, run_command
 
 CONFIG = "configs/mujoco_halfcheetah_sac.yaml"
 ENV_ID = "HalfCheetah-v5"
@@ -55,15 +54,10 @@ def _last_json(out: dict) -> dict:
 
 
 def _ours(args, steps: int, after: int) -> float:
-    import tempfile
-    with tempfile.TemporaryDirectory() as tmp:
-        run = Path(tmp) / "run"
-        run_command(train_cmd(run, 1, CONFIG, [
-            "num_envs=1", f"total_timesteps={steps}", f"sac.learning_starts={STARTS}",
-            "updates_per_call=500", "eval_episodes=1", "checkpoint_every=0",
-            "compile_cache=null", *args.set]), timeout=args.timeout)
-        rows = [json.loads(line) for line in (run / "metrics.jsonl").open()]
-    return learning_rate([r for r in rows if "sps" in r], after)
+    out = cold_run(args, CONFIG, ["num_envs=1", f"total_timesteps={steps}",
+                                  f"sac.learning_starts={STARTS}", "updates_per_call=500",
+                                  "eval_episodes=1", "checkpoint_every=0"], devices=1)
+    return learning_rate(out["rows"], after)
 
 
 def bench_sac_limit(args) -> tuple[list[dict], str]:
