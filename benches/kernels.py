@@ -47,7 +47,9 @@ COUNT = textwrap.dedent("""
             op = dict(re.findall(r'%?([\\w.-]+) = [^\\n]*?op_name="([^"]+)"', compiled.as_text()))
             groups = collections.Counter()
             for module in modules:
-                name = module.removesuffix("_kernel_module")
+                # XLA names a kernel's module "<instruction>_kernel_module" or
+                # "__compute_module_<instruction>"
+                name = module.removesuffix("_kernel_module").removeprefix("__compute_module_")
                 names = (name, name.removeprefix("wrapped_"))
                 candidates = [*names, *(re.sub(r"_(\\d+)$", r".\\1", n) for n in names)]
                 where = next((op[c] for c in candidates if c in op), None)

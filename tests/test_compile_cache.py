@@ -1,6 +1,7 @@
 """The persistent compilation cache: a second run compiles nothing and computes the same."""
 
 import os
+import re
 from pathlib import Path
 
 import jax
@@ -108,6 +109,18 @@ def test_rolled_threefry_draws_bitwise_the_same_numbers_with_fewer_copies():
         assert a.dtype == b.dtype and (a == b).all()
     copies = [text.count(" copy(") for text in (theirs.as_text(), ours.as_text())]
     assert copies[1] < copies[0] / 2, copies
+    # a trip of each hash's loop is ONE kernel over both words (a kernel per word computed the
+    # four rounds twice), with no index arithmetic of its own beside the trip counter's
+    text = ours.as_text()
+    bodies = set(re.findall(r" while\([^\n]*?body=(%[\w.-]+)", text))
+    assert bodies
+    for body in bodies:
+        start = text.index(f"\n{body} ")
+        shapes = re.findall(r"= (\w+\[[^\]]*\])\S* fusion\(",
+                            text[start:text.index("\n}", start)])
+        words = [shape for shape in shapes if shape != "s32[]"]   # s32[]: the trip counter
+        assert len(words) == 1 and words[0].startswith("u32[2,") and len(shapes) <= 2, \
+            (body, shapes)
 
 
 def test_every_process_writes_its_cpu_entries_on_the_supported_jax():
