@@ -66,7 +66,7 @@ SETUP = textwrap.dedent("""
     from jaxrl_dist import compile_cache, config as config_lib, sharding, sizes as sizes_lib
     from jaxrl_dist.programs import make_learner
     from jaxrl_dist.envs import from_config
-    compile_cache.install_rolled_threefry()   # as the trainer does, before anything lowers
+    compile_cache.install_fenced_threefry()   # as the trainer does, before anything lowers
     config = config_lib.load(sys.argv[1], sys.argv[2:])
     layout = sharding.make_layout(jax.devices()[:1])
     sizes = sizes_lib.derive_sizes(config, layout.data_size)

@@ -170,54 +170,48 @@ def speed_options(devices, command_buffers: str = "auto") -> dict[str, str] | No
 _ROTATIONS = ((13, 15, 26, 6), (17, 29, 16, 24))   # threefry2x32's, alternating by trip
 
 
-def _threefry_rolled(key1: Any, key2: Any, x1: Any, x2: Any) -> tuple[Any, Any]:
-    """JAX's rolled CPU threefry (5 trips of 4 rounds, then a key injection) with the same
-    uint32 arithmetic, its loop carrying the two words as ONE array: each trip is one kernel
-    (XLA:CPU gives each output of a loop body its own kernel, and each of the two words' kernels
-    computed all four rounds), its rotations and key words read from tables indexed by the trip
-    (no index arithmetic kernels; JAX rotates the key words through the carry, and XLA copied a
-    permuted carry on every trip: ~250 of the ~400 copy kernels a step of SAC on Pendulum).
-    Unsigned sums wrap, so adding a trip's key word and counter in its table is the same."""
+def _threefry_fenced(key1: Any, key2: Any, x1: Any, x2: Any) -> tuple[Any, Any]:
+    """JAX's threefry2x32 (5 trips of 4 rounds, each trip then adding key words) with the
+    same uint32 arithmetic, unrolled into ONE kernel per call site whose two words XLA cannot
+    fuse into their consumers (an optimization barrier after them).
+
+    JAX's own CPU lowering is a 5-trip while loop: several kernels to compile per site and,
+    per trip, a kernel per word (each computing all four rounds), a copy of the carry and the
+    loop's own bookkeeping, ~20 thunks a site at run time. JAX's unrolled lowering (other
+    backends; :func:`unrolled_threefry`) is one kernel, but XLA fuses it into each consumer of
+    its words, so a site with several consumers is compiled and computed several times: the
+    off-policy learners' updates compiled ~30 % slower unrolled, and jaxlib 0.11.2 did not
+    finish compiling SAC's or CartPole's evaluation that way (docs/usage.md). Fenced: SAC's
+    update on Pendulum 259 -> 223 kernels, its init and evaluation on jax 0.11.2 59 -> 42 and
+    37 -> 29, compile and run time the same within noise (2026-11-30, Zen 5)."""
     import jax.numpy as jnp
     import numpy as np
     from jax import lax
     from jax._src.random import threefry2x32 as threefry
 
     ks = (key1, key2, key1 ^ key2 ^ np.uint32(0x1BD11BDA))
-    # trip i: four rounds rotated by _ROTATIONS[i % 2], then + ks[(i + 1) % 3], ks[(i + 2) % 3]
-    # + i + 1 (JAX's order of the key words), from tables indexed by i
-    rotations = jnp.asarray([_ROTATIONS[i % 2] for i in range(5)], np.uint32)
-    inject = jnp.stack([jnp.stack(jnp.broadcast_arrays(ks[(i + 1) % 3],
-                                                       ks[(i + 2) % 3] + np.uint32(i + 1)))
-                        for i in range(5)])
-
-    def trip(i, x):
-        r = lax.dynamic_index_in_dim(rotations, i, keepdims=False, allow_negative_indices=False)
-        v = [x[0], x[1]]
-        for j in range(4):
-            v = threefry.apply_round(v, r[j])
-        k = lax.dynamic_index_in_dim(inject, i, keepdims=False, allow_negative_indices=False)
-        return jnp.stack([v[0] + k[0], v[1] + k[1]])
-    x1, x2 = jnp.broadcast_arrays(x1 + key1, x2 + key2)
-    out = lax.fori_loop(0, 5, trip, jnp.stack([x1, x2]))
-    return out[0], out[1]
+    v = [x1 + key1, x2 + key2]
+    for i in range(5):
+        for r in _ROTATIONS[i % 2]:
+            v = threefry.apply_round(v, np.uint32(r))
+        v = [v[0] + ks[(i + 1) % 3], v[1] + ks[(i + 2) % 3] + np.uint32(i + 1)]
+    words = lax.optimization_barrier(jnp.stack(jnp.broadcast_arrays(*v)))
+    return words[0], words[1]
 
 
-def install_rolled_threefry() -> bool:
-    """Lower jax.random's hash on CPU with :func:`_threefry_rolled` from now on (in this
-    process): the same bits as JAX's own lowering (tested), ~25 % fewer kernels run per step
-    of an off-policy update on Pendulum (1,757 -> 1,292; its compile time the same), and with
-    both words in one carry 20 fewer to compile in SAC's update there (259 -> 239). Programs
-    lowered inside :func:`unrolled_threefry` still unroll. Called before a run traces
+def install_fenced_threefry() -> bool:
+    """Lower jax.random's hash on CPU with :func:`_threefry_fenced` from now on (in this
+    process): the same bits as JAX's own lowering (tested). Programs lowered inside
+    :func:`unrolled_threefry` still take JAX's unrolled lowering. Called before a run traces
     anything; False (JAX's own lowering stays) if JAX's internals moved."""
     try:
         from jax._src.interpreters import mlir
         from jax._src.random import threefry2x32 as threefry
-        threefry.apply_round   # noqa: B018 - the round function the loop body applies
+        threefry.apply_round   # noqa: B018 - the round function the hash applies
         primitive = threefry.threefry2x32_p
     except (ImportError, AttributeError):
         return False
-    mlir.register_lowering(primitive, mlir.lower_fun(_threefry_rolled, multiple_results=True),
+    mlir.register_lowering(primitive, mlir.lower_fun(_threefry_fenced, multiple_results=True),
                            platform="cpu", inline=False)
     return True
 
@@ -228,7 +222,8 @@ def unroll_run_once() -> bool:
     evaluation 46 -> 28; Pendulum SAC's 81 -> 35 and 46 -> 31) with the same bits. jaxlib
     0.11.2's XLA did not finish compiling them that way (CartPole's evaluation still compiling
     after minutes, one core busy, where rolled it takes 0.8 s; 2026-11-30), so from jax 0.11
-    they keep the loop."""
+    they take the fenced hash (:func:`install_fenced_threefry`; CartPole's 42 and 29 kernels
+    there, SAC's on Pendulum 42 and 29)."""
     return _jax_version() < (0, 11)
 
 
@@ -238,13 +233,13 @@ def unrolled_threefry():
     every other backend: the update program, whose per-environment and per-step keys (what
     makes it topology-invariant) were ~20 % of its kernels.
 
-    On CPU JAX lowers each hash as a 5-trip while loop: several small kernels per call site.
-    Unrolled, each hash is one larger fused kernel: PPO's update program compiles ~25 % faster
+    On CPU JAX lowers each hash as a 5-trip while loop (every run lowers
+    :func:`_threefry_fenced` instead: one kernel a call site, its words materialized once).
+    Unrolled, each hash is fused into its consumers: PPO's update program compiles ~25 % faster
     (260 -> 209 kernels); init and evaluation unrolled compile to half the kernels, each a
-    little slower (:func:`unroll_run_once`); the off-policy continuous learners' updates keep
-    the loop, whose many sampling sites XLA copies unrolled into each consumer
-    (``Agent.unroll_threefry``;
-    jaxlib 0.11.2 did not finish compiling SAC's that way). The same uint32 arithmetic, so the
+    little slower (:func:`unroll_run_once`); the off-policy continuous learners' updates take
+    the fenced hash, whose many sampling sites XLA copies unrolled into each consumer
+    (``Agent.unroll_threefry``; jaxlib 0.11.2 did not finish compiling SAC's that way). The same uint32 arithmetic, so the
     same bits (tested).
     Uses JAX internals (jax 0.10); if they moved, nothing changes but compile time.
     """

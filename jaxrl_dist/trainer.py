@@ -64,7 +64,7 @@ def train(
     start = time.perf_counter()
     resume = resume or resume_from is not None
     cache_dir = compile_cache.enable(config.compile_cache)   # before anything compiles
-    compile_cache.install_rolled_threefry()                  # before anything is lowered
+    compile_cache.install_fenced_threefry()                  # before anything is lowered
     distributed.initialize()
     restore_signals = distributed.install_worker_hooks()
     try:

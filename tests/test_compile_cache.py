@@ -79,10 +79,20 @@ def test_unrolled_threefry_draws_bitwise_the_same_numbers():
         assert a.dtype == b.dtype and (a == b).all()
 
 
-def test_rolled_threefry_draws_bitwise_the_same_numbers_with_fewer_copies():
-    """The CPU hash every run lowers (compile_cache.install_rolled_threefry): the bits of
-    JAX's own rolled lowering for every kind of draw, its loop carrying no permuted values
-    (XLA copied those on every trip)."""
+def _hash_kernels(compiled) -> tuple[int, bool]:
+    """(kernels that compute threefry rounds (their rotations shift left), whether the
+    program has a loop)."""
+    text = compiled.as_text()
+    bodies = {m.group(1): m.group(2)
+              for m in re.finditer(r"\n(%[\w.-]+) [^\n]*\{\n(.*?)\n\}", text, re.S)}
+    calls = re.findall(r" fusion\([^\n]*?calls=(%[\w.-]+)", text)
+    return sum(" shift-left(" in bodies.get(c, "") for c in calls), " while(" in text
+
+
+def test_fenced_threefry_draws_bitwise_the_same_numbers_in_one_kernel_a_site():
+    """The CPU hash every run lowers (compile_cache.install_fenced_threefry): the bits of
+    JAX's own lowering for every kind of draw; each hash ONE kernel, without JAX's loop, and
+    not fused into (so not recomputed in) each consumer of its words as JAX's unrolled one."""
     from jax._src.interpreters import mlir
     from jax._src.random import threefry2x32 as threefry
     table = mlir._platform_specific_lowerings["cpu"]
@@ -95,32 +105,32 @@ def test_rolled_threefry_draws_bitwise_the_same_numbers_with_fewer_copies():
                 jax.random.normal(key, (256, 6)), jax.random.randint(k1, (256,), 0, 1000),
                 jax.random.permutation(k1, 128), jax.random.bits(k1, (7, 3)))
 
+    def two_consumers(key):   # one hash, its words read by two kernels
+        x = jax.random.normal(key, (256, 6))
+        return x * 2.0, jax.numpy.exp(x).sum(axis=0)
+
+    def compile_both(rule=None):
+        if rule is not None:
+            mlir.register_lowering(threefry.threefry2x32_p, rule, platform="cpu")
+        else:
+            assert compile_cache.install_fenced_threefry()
+        return [jax.jit(lambda k: f(k)).lower(key).compile() for f in (draws, two_consumers)]
+
     key = jax.random.PRNGKey(5)
     try:
-        mlir.register_lowering(threefry.threefry2x32_p, threefry._threefry2x32_cpu_lowering_rule,
-                               platform="cpu")
-        theirs = jax.jit(lambda k: draws(k)).lower(key).compile()
-        assert compile_cache.install_rolled_threefry()
-        ours = jax.jit(lambda k: draws(k)).lower(key).compile()
+        theirs, theirs_two = compile_both(threefry._threefry2x32_cpu_lowering_rule)
+        _, unrolled_two = compile_both(threefry._threefry2x32_lowering_rule)
+        ours, ours_two = compile_both()
     finally:
         if before is not None:
             table[threefry.threefry2x32_p] = before
     for a, b in zip(jax.tree.leaves(theirs(key)), jax.tree.leaves(ours(key))):
         assert a.dtype == b.dtype and (a == b).all()
-    copies = [text.count(" copy(") for text in (theirs.as_text(), ours.as_text())]
-    assert copies[1] < copies[0] / 2, copies
-    # a trip of each hash's loop is ONE kernel over both words (a kernel per word computed the
-    # four rounds twice), with no index arithmetic of its own beside the trip counter's
-    text = ours.as_text()
-    bodies = set(re.findall(r" while\([^\n]*?body=(%[\w.-]+)", text))
-    assert bodies
-    for body in bodies:
-        start = text.index(f"\n{body} ")
-        shapes = re.findall(r"= (\w+\[[^\]]*\])\S* fusion\(",
-                            text[start:text.index("\n}", start)])
-        words = [shape for shape in shapes if shape != "s32[]"]   # s32[]: the trip counter
-        assert len(words) == 1 and words[0].startswith("u32[2,") and len(shapes) <= 2, \
-            (body, shapes)
+    for a, b in zip(theirs_two(key), ours_two(key)):
+        assert (a == b).all()
+    assert _hash_kernels(theirs_two)[1] and not _hash_kernels(ours)[1]   # JAX's loop; none
+    assert _hash_kernels(unrolled_two)[0] >= 2   # fused into (each) consumer
+    assert _hash_kernels(ours_two) == (1, False)
 
 
 def test_every_process_writes_its_cpu_entries_on_the_supported_jax():
