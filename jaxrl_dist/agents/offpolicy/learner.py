@@ -148,7 +148,8 @@ def make_agent(v: parts.Variant, c: OffPolicyConfig, sizes: Sizes, spec: EnvSpec
         new_actors=lambda data: replay_lib.cut(data, c.n_step),
         # unrolled, their update compiles ~30 % slower (SAC on Pendulum 8.4 -> 11.7 s, CrossQ
         # 11.8 -> 18.6 s; DQN the other way, 7.5 -> 6.6 s: 2026-11-27, AMD EPYC), and jaxlib
-        # 0.11.2 did not finish compiling SAC's tiny test config in 4 minutes (31 s looped)
+        # 0.11.2 did not finish compiling SAC's tiny test config in 4 minutes (31 s looped);
+        # they take the fenced hash every program takes otherwise (compile_cache)
         unroll_threefry=False)
 
 
