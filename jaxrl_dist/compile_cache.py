@@ -237,10 +237,10 @@ def unrolled_threefry():
     :func:`_threefry_fenced` instead: one kernel a call site, its words materialized once).
     Unrolled, each hash is fused into its consumers: PPO's update program compiles ~25 % faster
     (260 -> 209 kernels); init and evaluation unrolled compile to half the kernels, each a
-    little slower (:func:`unroll_run_once`); the off-policy continuous learners' updates take
-    the fenced hash, whose many sampling sites XLA copies unrolled into each consumer
-    (``Agent.unroll_threefry``; jaxlib 0.11.2 did not finish compiling SAC's that way). The same uint32 arithmetic, so the
-    same bits (tested).
+    little slower (:func:`unroll_run_once`); the off-policy continuous learners' updates, whose
+    many sampling sites XLA copies unrolled into each consumer, take the fenced hash
+    (``Agent.unroll_threefry``; jaxlib 0.11.2 did not finish compiling SAC's unrolled). The
+    same uint32 arithmetic, so the same bits (tested).
     Uses JAX internals (jax 0.10); if they moved, nothing changes but compile time.
     """
     try:
