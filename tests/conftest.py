@@ -55,6 +55,8 @@ SMOKE = {
     "tests/test_compile_cache.py::test_gpu_command_buffers_are_options_this_jaxlib_takes_and_nothing_elsewhere",
     # init and the evaluation unroll their hash on jax 0.10 only (0.11.2 compiled them for minutes)
     "tests/test_compile_cache.py::test_init_and_evaluation_draw_unrolled_where_this_jax_compiles_them_and_the_same_bits",
+    # every CPU program's hash is ours (JAX internals): the same bits on the newest jax too
+    "tests/test_compile_cache.py::test_fenced_threefry_draws_bitwise_the_same_numbers_in_one_kernel_a_site",
     "tests/test_imports.py",
     "tests/test_host_envs.py::test_every_learner_trains_on_a_registered_host_env[ppo]",
     "tests/test_recurrent.py::test_first_minibatch_replays_the_rollout[2]",
