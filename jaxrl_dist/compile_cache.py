@@ -216,14 +216,15 @@ def install_fenced_threefry() -> bool:
     return True
 
 
-def unroll_run_once() -> bool:
-    """Whether init and the evaluation lower their threefry unrolled too (programs.py): on jax
-    0.10 they then compile to about half the kernels (CartPole PPO's init 73 -> 36, its
-    evaluation 46 -> 28; Pendulum SAC's 81 -> 35 and 46 -> 31) with the same bits. jaxlib
-    0.11.2's XLA did not finish compiling them that way (CartPole's evaluation still compiling
-    after minutes, one core busy, where rolled it takes 0.8 s; 2026-11-30), so from jax 0.11
-    they take the fenced hash (:func:`install_fenced_threefry`; CartPole's 42 and 29 kernels
-    there, SAC's on Pendulum 42 and 29)."""
+def unroll_init() -> bool:
+    """Whether init lowers its threefry unrolled (programs.py): on jax 0.10 CartPole PPO's
+    init is then 36 kernels, not 44 with the fenced hash (what keeps its programs within
+    rejax's kernel count), with the same bits. jaxlib 0.11.2's XLA did not finish compiling
+    init and the evaluation unrolled (CartPole's evaluation still compiling after minutes, one
+    core busy; 2026-11-30), so from jax 0.11 init takes the fenced hash. The evaluation takes
+    it on every jax: unrolled it had 2 fewer kernels but compiled ~40 % longer (CartPole 0.8
+    -> 0.45 s of CPU, DQN 0.9 -> 0.5, PQN 0.83 -> 0.51, Pendulum SAC 0.67 -> 0.55; Zen 5,
+    2026-11-30), and a cold run compiles it beside its first calls."""
     return _jax_version() < (0, 11)
 
 
@@ -236,9 +237,9 @@ def unrolled_threefry():
     On CPU JAX lowers each hash as a 5-trip while loop (every run lowers
     :func:`_threefry_fenced` instead: one kernel a call site, its words materialized once).
     Unrolled, each hash is fused into its consumers: PPO's update program compiles ~25 % faster
-    (260 -> 209 kernels); init and evaluation unrolled compile to half the kernels, each a
-    little slower (:func:`unroll_run_once`); the off-policy continuous learners' updates, whose
-    many sampling sites XLA copies unrolled into each consumer, take the fenced hash
+    (260 -> 209 kernels); init unrolled has fewer kernels (:func:`unroll_init`); the
+    off-policy continuous learners' updates, whose many sampling sites XLA copies unrolled
+    into each consumer, take the fenced hash
     (``Agent.unroll_threefry``; jaxlib 0.11.2 did not finish compiling SAC's unrolled). The
     same uint32 arithmetic, so the same bits (tested).
     Uses JAX internals (jax 0.10); if they moved, nothing changes but compile time.

@@ -208,11 +208,11 @@ def test_the_update_compiles_with_the_speed_options_and_the_summary_says_so(env,
     assert summary["param_fingerprint"] == plain["param_fingerprint"]
 
 
-def test_init_and_evaluation_draw_unrolled_where_this_jax_compiles_them_and_the_same_bits(
-        monkeypatch):
-    """On jax 0.10 init and the evaluation lower jax.random's hash unrolled (no loop: about
-    half their kernels) and compute exactly what the other lowering computes; from jax 0.11
-    they keep it (jaxlib 0.11.2 did not finish compiling them unrolled)."""
+def test_init_draws_unrolled_where_this_jax_compiles_it_and_the_evaluation_fenced(monkeypatch):
+    """On jax 0.10 init lowers jax.random's hash unrolled (fewer kernels) and computes exactly
+    what the fenced hash computes; from jax 0.11 it takes the fenced hash (jaxlib 0.11.2 did
+    not finish compiling it unrolled). The evaluation takes the fenced hash on every jax (it
+    compiles faster so), its episodes' loop its only one."""
     import numpy as np
 
     from jaxrl_dist import sharding
@@ -220,6 +220,7 @@ def test_init_and_evaluation_draw_unrolled_where_this_jax_compiles_them_and_the_
     from jaxrl_dist.envs import make_env
     from jaxrl_dist.programs import make_learner
 
+    assert compile_cache.install_fenced_threefry()   # as every run does first
     config = config_lib.from_dict({**TINY, "eval_episodes": 3})
     layout = sharding.make_layout(jax.devices()[:1])
     key = jax.random.PRNGKey(7)
@@ -230,21 +231,15 @@ def test_init_and_evaluation_draw_unrolled_where_this_jax_compiles_them_and_the_
         init = learner.init_program.lower(key, {}, ())
         state = init.compile()(key, {}, ())
         evaluate = learner.evaluate.lower(state.train, key, ())
-        return (init.as_text(), evaluate.as_text(), state,
-                evaluate.compile()(state.train, key, ()))
+        return init.as_text(), evaluate.as_text(), state
 
-    unrolled = compile_cache.unroll_run_once()
+    unrolled = compile_cache.unroll_init()
     assert unrolled == (compile_cache._jax_version() < (0, 11))
-    init_text, eval_text, state, result = programs()
-    monkeypatch.setattr(compile_cache, "unroll_run_once", lambda: False)
-    loop_init, loop_eval, loop_state, loop_result = programs()
-    def hashes(text):   # JAX's CPU loop, or our fenced hash once a run installed it
-        return text.count("stablehlo.while") + text.count("stablehlo.optimization_barrier")
-
-    assert hashes(loop_init) > 0 and (hashes(init_text) > 0) is not unrolled
-    loops = [hashes(text) for text in (eval_text, loop_eval)]
-    assert (loops[0] < loops[1]) is unrolled and loops[0] >= 1, loops   # the episodes' loop
-    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(loop_state)):
+    init_text, eval_text, state = programs()
+    monkeypatch.setattr(compile_cache, "unroll_init", lambda: False)
+    fenced_init, _, fenced_state = programs()
+    barrier = "stablehlo.optimization_barrier"
+    assert barrier in fenced_init and (barrier in init_text) is not unrolled
+    assert barrier in eval_text and eval_text.count("stablehlo.while") == 1
+    for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(fenced_state)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
-    assert {k: float(v) for k, v in result.items()} == {
-        k: float(v) for k, v in loop_result.items()}
