@@ -301,10 +301,17 @@ class RunReporter(NullReporter):
 
     @staticmethod
     def _scalars(writer, row: dict[str, Any]) -> None:
-        step = int(row["env_steps"])
-        for name, value in row.items():
-            if name not in _NOT_SCALARS and isinstance(value, (int, float)):
-                writer.add_scalar(name if "/" in name else f"train/{name}", value, step)
+        """The row's scalars as ONE TensorBoard event (a Summary holding every value, as
+        TensorFlow's merged summaries are), not an event per scalar: a CartPole row's 22
+        events cost the writer's threads ~0.65 ms of CPU per row (pure-Python CRC of each
+        record), beside the training loop on a 2-core machine."""
+        from tensorboardX.proto.summary_pb2 import Summary
+        values = [Summary.Value(tag=name if "/" in name else f"train/{name}",
+                                simple_value=float(value))
+                  for name, value in row.items()
+                  if name not in _NOT_SCALARS and isinstance(value, (int, float))]
+        if values:
+            writer._get_file_writer().add_summary(Summary(value=values), int(row["env_steps"]))
 
     def advance(self, env_steps: int, postfix: dict[str, str]) -> None:
         """Move the progress line to ``env_steps`` and show ``postfix``."""
