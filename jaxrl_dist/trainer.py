@@ -20,7 +20,8 @@ from typing import Any, Callable, NamedTuple, Sequence
 import jax
 import numpy as np
 
-from jaxrl_dist import compile_cache, distributed, drivers, faults, integrity, population, reporting
+from jaxrl_dist import compile_cache, distributed, drivers, faults, integrity, keys, population
+from jaxrl_dist import reporting
 from jaxrl_dist import rundir, tracking
 from jaxrl_dist import policy as policy_lib
 from jaxrl_dist import summary as summary_lib
@@ -137,7 +138,7 @@ def _ready(*, config: Config, parts: _Parts, opened: _RunDir, resume: bool, prog
         raise
     pbt_key = None
     if parts.learner.pbt is not None:   # every driver compiles the round (Ready.exploit)
-        pbt_key = parts.layout.put(np.asarray(jax.random.PRNGKey(config.seed)),
+        pbt_key = parts.layout.put(np.asarray(keys.seed_key(config.seed)),
                                    jax.sharding.PartitionSpec())
     reporter = _make_reporter(run_dir=opened.path, sizes=parts.sizes, progress=progress,
                               resume=resume, updates_done=ready.updates_done,
@@ -238,9 +239,9 @@ def _seed_keys(*, config: Config, layout: sharding.Layout,
     """Each member's PRNG key and swept hyperparameters on the mesh; a single run: its
     seed's key and nothing swept."""
     if not members:
-        return jax.random.PRNGKey(config.seed), {}
-    keys = np.stack([np.asarray(jax.random.PRNGKey(m.seed)) for m in members])
-    return (layout.put(keys, layout.train),
+        return keys.seed_key(config.seed), {}
+    member_keys = np.stack([np.asarray(keys.seed_key(m.seed)) for m in members])
+    return (layout.put(member_keys, layout.train),
             layout.put(population.hparams(config), layout.train))
 
 

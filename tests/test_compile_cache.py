@@ -243,3 +243,44 @@ def test_init_draws_unrolled_where_this_jax_compiles_it_and_the_evaluation_fence
     assert barrier in eval_text and eval_text.count("stablehlo.while") == 1
     for a, b in zip(jax.tree.leaves(state), jax.tree.leaves(fenced_state)):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_seed_key_is_jaxs_prngkey_built_on_the_host():
+    """keys.seed_key stands in for jax.random.PRNGKey (whose two small programs a cold start
+    compiled on its critical path): the same words, dtype and placement on this JAX."""
+    import numpy as np
+
+    from jaxrl_dist import keys
+    for seed in (0, 1, 7, 12345, 2**31 - 1, 2**31, 2**32 - 1, 2**32 + 5):
+        ours, theirs = keys.seed_key(seed), jax.random.PRNGKey(seed)
+        assert ours.dtype == theirs.dtype and ours.shape == theirs.shape, seed
+        assert np.array_equal(np.asarray(ours), np.asarray(theirs)), seed
+        assert ours.sharding == theirs.sharding and ours.committed == theirs.committed
+
+
+def test_building_a_run_compiles_nothing_before_its_programs(monkeypatch):
+    """Setup's environment, networks and seed key are built without running jnp ops one by
+    one: each would be an XLA compile of its own on the cold start's critical path (CartPole:
+    7 of them, ~0.2 s on a 2-core VM, before the run's own programs began to trace)."""
+    from jax._src import compiler
+
+    from jaxrl_dist import keys, sharding
+    from jaxrl_dist import sizes as sizes_lib
+    from jaxrl_dist.envs import from_config
+    from jaxrl_dist.envs.gymnax import import_gymnax
+    from jaxrl_dist.programs import make_learner
+    import_gymnax()   # gymnax's own import runs an op: not ours
+    compiled = []
+    original = compiler.compile_or_get_cached
+    monkeypatch.setattr(compiler, "compile_or_get_cached",
+                        lambda backend, module, *a, **k: compiled.append(
+                            str(module.operation.attributes["sym_name"]))
+                        or original(backend, module, *a, **k))
+    for path in ("configs/cartpole.yaml", "configs/cartpole_dqn.yaml",
+                 "configs/pendulum_sac.yaml"):
+        config = config_lib.load(Path(__file__).parent.parent / path)
+        layout = sharding.make_layout(jax.devices()[:1])
+        sizes = sizes_lib.derive_sizes(config, layout.data_size)
+        make_learner(config, sizes, from_config(config, None, None), layout)
+        keys.seed_key(config.seed)
+    assert compiled == []

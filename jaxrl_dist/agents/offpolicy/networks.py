@@ -222,8 +222,8 @@ def _mlp_networks(actor_module: Callable[..., nn.Module], mode_of: Callable[[Any
     scale = input_scale(spec.obs_dtype)
     module = actor_module(tuple(n.actor_hidden), spec.action_dim, n.activation, scale)
     critic = Critic(tuple(n.critic_hidden), n.activation, scale)
-    obs = jnp.zeros((1, *spec.obs_shape), jnp.float32)
-    action = jnp.zeros((1, spec.action_dim), jnp.float32)
+    obs = np.zeros((1, *spec.obs_shape), np.float32)
+    action = np.zeros((1, spec.action_dim), np.float32)
 
     def init_actor(key):
         return module.init(key, obs)["params"]
@@ -255,8 +255,8 @@ def renorm_networks(n: Any, spec: EnvSpec, axis: str | None = None) -> Networks:
                                  scale)
     critic = RenormCritic(tuple(n.critic_hidden), n.activation, n.batch_norm_momentum, axis,
                           scale)
-    obs = jnp.zeros((1, *spec.obs_shape), jnp.float32)
-    action = jnp.zeros((1, spec.action_dim), jnp.float32)
+    obs = np.zeros((1, *spec.obs_shape), np.float32)
+    action = np.zeros((1, spec.action_dim), np.float32)
 
     def init_critic_variables(key):
         return jax.vmap(lambda k: critic.init(k, obs, action))(

@@ -195,7 +195,7 @@ def make_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
     actor = Actor(config, spec.action_dim, spec.continuous, conv, scale, bounds, reads_actor,
                   agents)
     critic = Critic(config, conv, scale, reads_critic, agents)
-    dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
+    dummy = np.zeros((1, *spec.obs_shape), np.float32)
 
     def init(key: jax.Array) -> Any:
         key_actor, key_critic = jax.random.split(key)
@@ -413,7 +413,7 @@ def make_recurrent_networks(config: NetworkConfig, spec: EnvSpec) -> Networks:
                              config.head_gain) if shared else
                    RecurrentMLP(config.critic_hidden, 1, config.activation, 1.0,
                                 inputs=reads_critic, **cell))}
-    dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
+    dummy = np.zeros((1, *spec.obs_shape), np.float32)
 
     def cell_of(name: str) -> str:
         """The network whose torso and cell ``name``'s output is computed from."""

@@ -13,6 +13,7 @@ from typing import Any, Callable, NamedTuple, Sequence
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 
 from jaxrl_dist.agents import conv
@@ -78,7 +79,7 @@ def make_q_network(config: QNetworkConfig, spec: EnvSpec) -> QNet:
     module = QNetwork(tuple(config.hidden), spec.action_dim, config.activation,
                       config.layer_norm, config.dueling, conv_torso(config, spec.obs_shape),
                       input_scale(spec.obs_dtype))
-    dummy = jnp.zeros((1, *spec.obs_shape), jnp.float32)
+    dummy = np.zeros((1, *spec.obs_shape), np.float32)
 
     def init(key: jax.Array) -> Any:
         return module.init(key, dummy)["params"]
