@@ -284,3 +284,54 @@ def test_building_a_run_compiles_nothing_before_its_programs(monkeypatch):
         make_learner(config, sizes, from_config(config, None, None), layout)
         keys.seed_key(config.seed)
     assert compiled == []
+
+
+_NICENESS = r"""
+import json, os, threading
+import jax, jax.numpy as jnp
+from jaxrl_dist import compile_cache
+jax.jit(lambda x: jnp.tanh(x) * 2).lower(jnp.ones(3)).compile()   # XLA's helpers exist now
+idle = threading.Event()
+bystander = threading.Thread(target=idle.wait, daemon=True)   # a thread of our own
+bystander.start()
+caller, called = [], threading.Event()
+def run():
+    caller.append(threading.get_native_id())
+    caller.append(compile_cache.compile_in_background())
+    called.set()
+    idle.wait()   # alive while its priority is read
+worker = threading.Thread(target=run, daemon=True)
+worker.start(); called.wait(60)
+def field(tid, name):
+    path = f"/proc/self/task/{tid}/" + name
+    return open(path).read().strip() if name == "comm" else int(
+        open(path).read().rsplit(")", 1)[1].split()[16])
+tids = [int(t) for t in os.listdir("/proc/self/task")]
+print(json.dumps({"caller": caller[0], "lowered": caller[1], "main": os.getpid(),
+                  "bystander": bystander.native_id,
+                  "threads": {t: [field(t, "comm"), field(t, "stat")] for t in tids}}))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="Linux's /proc only")
+def test_a_background_compile_lowers_its_thread_and_xlas_helpers_not_training():
+    """compile_in_background (the evaluation's compile beside training): the calling thread
+    and XLA's unnamed compile helpers drop to the lowest priority; the main thread, Python's
+    other threads and XLA's named executors (which run the programs) keep theirs. In a
+    subprocess: priorities cannot be raised back."""
+    import json
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-c", _NICENESS], capture_output=True, text=True,
+                         timeout=120, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    threads = {int(t): v for t, v in got["threads"].items()}
+    nice = {t: v[1] for t, v in threads.items()}
+    main_name = threads[got["main"]][0]
+    helpers = [t for t, (name, _) in threads.items()
+               if name == main_name and t not in (got["main"], got["bystander"], got["caller"])]
+    assert got["lowered"] >= 2 and len(helpers) >= 1 and nice[got["caller"]] == 19
+    assert all(nice[t] == compile_cache.BACKGROUND_NICE for t in helpers)
+    assert nice[got["main"]] == 0 and nice[got["bystander"]] == 0
+    executors = [t for t, (name, _) in threads.items() if name != main_name]
+    assert executors and all(nice[t] == 0 for t in executors)   # tf_XLAEigen: the programs
