@@ -151,7 +151,9 @@ def compile_in_background() -> int:
     alternated pairs, Zen 5, 2026-11-30). Linux only (elsewhere nothing changes); returns how
     many threads it lowered. An unprivileged process cannot raise a priority back: the
     helpers compile at this priority for the rest of the process, which costs nothing where
-    no other thread wants the CPU."""
+    no other thread wants the CPU. In a multi-process job the distributed runtime's unnamed
+    threads (its heartbeats) are lowered too: the kernel still runs them within milliseconds
+    of waking, against heartbeat timeouts of seconds (the launcher's tests run with this)."""
     task = Path("/proc/self/task")
     if not task.is_dir():
         return 0
