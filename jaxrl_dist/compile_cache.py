@@ -151,9 +151,11 @@ def compile_in_background() -> int:
     alternated pairs, Zen 5, 2026-11-30). Linux only (elsewhere nothing changes); returns how
     many threads it lowered. An unprivileged process cannot raise a priority back: the
     helpers compile at this priority for the rest of the process, which costs nothing where
-    no other thread wants the CPU. In a multi-process job the distributed runtime's unnamed
-    threads (its heartbeats) are lowered too: the kernel still runs them within milliseconds
-    of waking, against heartbeat timeouts of seconds (the launcher's tests run with this)."""
+    no other thread wants the CPU. The fused driver calls it in one-process runs only: in a
+    job the distributed runtime's unnamed threads would be lowered too, and a SIGKILLed
+    worker's teardown runs partly on lowered threads on a busy machine, while the launcher
+    names the failed rank by when each rank exits (CI's extended tier once named the rank
+    that aborted after its sibling was killed)."""
     task = Path("/proc/self/task")
     if not task.is_dir():
         return 0

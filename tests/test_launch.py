@@ -22,6 +22,34 @@ LONG = ["--set", "num_envs=4", "--set", "num_steps=32", "--set", "updates_per_ca
 # Real runs
 
 
+def test_the_rank_that_failed_is_named_not_the_sibling_the_runtime_ended(tmp_path):
+    """A rank killed by a signal is known only when reaped, which on a busy machine can come
+    after its sibling's abort ("the JAX distributed service detected fatal errors", XLA's
+    words for a peer's failure): the killed rank is still the root cause; among failures of
+    their own the earliest is."""
+    from types import SimpleNamespace
+
+    from jaxrl_dist.launch.supervise import root_cause
+    from jaxrl_dist.launch.worker import PEER_FAILED, Worker
+
+    def worker(name, log, failed_at):
+        path = tmp_path / f"{name}.log"
+        path.write_text(log)
+        w = Worker.__new__(Worker)   # only what the choice reads: the log and the time
+        w.spec, w.failed_at, w.name = SimpleNamespace(log_path=path), lambda: failed_at, name
+        return w
+
+    killed = worker("killed", "step 12\n", failed_at=10.0)        # reaped late
+    ended = worker("ended", f"step 12\nF client.h:80] Terminating process because the "
+                             f"{PEER_FAILED}. This most likely indicates that another task "
+                             f"died\n", failed_at=9.5)
+    assert ended.failed_for_a_peer() and not killed.failed_for_a_peer()
+    assert root_cause([ended, killed]).name == "killed"
+    raised = worker("raised", "Traceback ...\nValueError: boom\n", failed_at=9.0)
+    assert root_cause([killed, raised, ended]).name == "raised"   # the earliest of their own
+    assert root_cause([ended]).name == "ended"
+
+
 @pytest.mark.timeout(400)
 @pytest.mark.slow
 def test_two_processes_match_one_process_four_devices(tmp_path):

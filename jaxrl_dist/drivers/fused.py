@@ -24,8 +24,8 @@ class FusedDriver(Driver):
         machine: init first (its compile runs while this thread traces the update), then the
         update, then the evaluation, whose compile waits for the update's and is not waited
         for: training starts once the update is compiled, and the first evaluation waits for
-        its program (:class:`Deferred`), compiled at the lowest CPU priority
-        (:func:`compile_cache.compile_in_background`). Three compiles at once on 2 cores slowed the update's
+        its program (:class:`Deferred`), compiled at the lowest CPU priority in a one-process
+        run (:func:`compile_cache.compile_in_background`). Three compiles at once on 2 cores slowed the update's
         by more than they overlapped: MPE IPPO x 8 seeds, compile time 7.0 -> 5.7 s (medians of
         5 alternated pairs, faster in each, the same bits; Zen 5 EPYC, 2026-11-30). Init and
         the evaluation, which run once or rarely, compile at a cheaper level."""
@@ -53,7 +53,10 @@ class FusedDriver(Driver):
             def compile_eval():   # after the update's: beside it, it slowed the update's
                 for compiling in pending.values():
                     compiling.result()
-                compile_cache.compile_in_background()   # beside training, not ahead of it
+                if jax.process_count() == 1:   # beside training, not ahead of it (not in a
+                    # job: a killed worker's teardown would run at that priority too, and the
+                    # launcher names the failed rank by when each exits)
+                    compile_cache.compile_in_background()
                 return seconds.timed("evaluate", lowered_eval.compile, once)
             evaluate = Deferred(pool.submit(compile_eval))
             lowered_exploit = seconds.timed("pbt", lower_exploit, learner, abstract)

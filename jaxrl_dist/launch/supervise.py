@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import IO, Sequence
+from typing import IO, Any, Sequence
 
 from jaxrl_dist.launch.cli import LaunchConfig, LaunchError, parse_args
 from jaxrl_dist.launch.plan import (WorkerSpec, banner, check_port_free, describe, is_loopback,
@@ -23,6 +23,15 @@ from jaxrl_dist.protocol import EXIT_BAD_INPUT, EXIT_NEEDS_A_PERSON, EXIT_PREEMP
 
 # Seconds the other ranks get to exit after a first failure before the root cause is named.
 FAILURE_SETTLE_S = 3.0
+
+
+def root_cause(failures: list) -> Any:
+    """The failed worker to name: the earliest recorded failure, a worker that the distributed
+    runtime ended for a sibling's failure never before one that failed on its own. A rank
+    killed by a signal leaves no error file and is known only when reaped, which can lag its
+    siblings' aborts on a busy machine (CI's extended tier once named the sibling that aborted
+    after rank 0 was killed with -9)."""
+    return min(failures, key=lambda w: (w.failed_for_a_peer(), w.failed_at()))
 
 
 @dataclass
@@ -103,7 +112,7 @@ class Supervisor:
                 first_failure = first_failure or now
                 if len(finished) < len(workers) and now - first_failure < FAILURE_SETTLE_S:
                     continue
-                root = min(failures, key=lambda w: w.failed_at())
+                root = root_cause(failures)
                 return Outcome(self._exit_code(root.exit_code), root,
                                describe_exit(root.exit_code))
             if len(finished) == len(workers):

@@ -39,6 +39,12 @@ def describe_exit(code: int) -> str:
     return f"exited with code {code}"
 
 
+# What XLA's distributed runtime prints as it ends a worker because ANOTHER task failed
+# (jaxlib 0.10-0.11: "Terminating process because the JAX distributed service detected fatal
+# errors. This most likely indicates that another task died")
+PEER_FAILED = "JAX distributed service detected fatal errors"
+
+
 def log_tail(path: Path, lines: int = LOG_TAIL_LINES) -> list[str]:
     try:
         text = path.read_bytes()[-64_000:].decode(errors="replace")
@@ -108,6 +114,11 @@ class Worker:
             return min(self.spec.error_path.stat().st_mtime, exited)
         except OSError:
             return exited - 1.0
+
+    def failed_for_a_peer(self) -> bool:
+        """Whether the distributed runtime ended this worker for a sibling's failure (its
+        log's last lines say so): a consequence, not the job's root cause."""
+        return any(PEER_FAILED in line for line in log_tail(self.spec.log_path, 60))
 
     @property
     def running(self) -> bool:
