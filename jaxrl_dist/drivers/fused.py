@@ -25,10 +25,11 @@ class FusedDriver(Driver):
         update, then the evaluation, whose compile waits for the update's and is not waited
         for: training starts once the update is compiled, and the first evaluation waits for
         its program (:class:`Deferred`), compiled at the lowest CPU priority in a one-process
-        run (:func:`compile_cache.compile_in_background`). Three compiles at once on 2 cores slowed the update's
-        by more than they overlapped: MPE IPPO x 8 seeds, compile time 7.0 -> 5.7 s (medians of
-        5 alternated pairs, faster in each, the same bits; Zen 5 EPYC, 2026-11-30). Init and
-        the evaluation, which run once or rarely, compile at a cheaper level."""
+        run (:func:`compile_cache.compile_in_background`). Three compiles at once on 2 cores
+        slowed the update's by more than they overlapped: MPE IPPO x 8 seeds, compile time
+        7.0 -> 5.7 s (medians of 5 alternated pairs, faster in each, the same bits; Zen 5 EPYC,
+        2026-11-30). Init and the evaluation, which run once or rarely, compile at a cheaper
+        level."""
         del eval_episodes, eval_deterministic   # compiled into learner.evaluate
         fast = learner.speed_options   # the update's (on GPUs: loops in CUDA graphs)
         # init and the evaluation: cheaper on CPUs; on GPUs the evaluation's episode loop is

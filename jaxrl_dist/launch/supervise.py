@@ -13,7 +13,7 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from typing import IO, Any, Sequence
+from typing import IO, Sequence
 
 from jaxrl_dist.launch.cli import LaunchConfig, LaunchError, parse_args
 from jaxrl_dist.launch.plan import (WorkerSpec, banner, check_port_free, describe, is_loopback,
@@ -25,7 +25,7 @@ from jaxrl_dist.protocol import EXIT_BAD_INPUT, EXIT_NEEDS_A_PERSON, EXIT_PREEMP
 FAILURE_SETTLE_S = 3.0
 
 
-def root_cause(failures: list) -> Any:
+def root_cause(failures: list[Worker]) -> Worker:
     """The failed worker to name: the earliest recorded failure, a worker that the distributed
     runtime ended for a sibling's failure never before one that failed on its own. A rank
     killed by a signal leaves no error file and is known only when reaped, which can lag its
