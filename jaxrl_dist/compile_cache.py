@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -151,15 +152,13 @@ def compile_in_background() -> int:
     alternated pairs, Zen 5, 2026-11-30). Linux only (elsewhere nothing changes); returns how
     many threads it lowered. An unprivileged process cannot raise a priority back: the
     helpers compile at this priority for the rest of the process, which costs nothing where
-    no other thread wants the CPU. The fused driver calls it in one-process runs only: in a
-    job the distributed runtime's unnamed threads would be lowered too, and a SIGKILLed
-    worker's teardown runs partly on lowered threads on a busy machine, while the launcher
-    names the failed rank by when each rank exits (CI's extended tier once named the rank
-    that aborted after its sibling was killed)."""
+    no other thread wants the CPU. Nothing changes in a multi-process job: the distributed
+    runtime's unnamed threads would be lowered too, and a SIGKILLed worker's teardown would
+    partly run on lowered threads on a busy machine, while the launcher names the failed rank
+    by when each rank exits."""
     task = Path("/proc/self/task")
-    if not task.is_dir():
+    if not task.is_dir() or jax.process_count() > 1:
         return 0
-    import threading
     me, main = threading.get_native_id(), os.getpid()
     started_by_python = {t.native_id for t in threading.enumerate()}
     try:

@@ -25,13 +25,18 @@ class SeedKeys(NamedTuple):
     train: jax.Array    # the train state's key, split once per update (:func:`of_update`)
 
 
-def seed_key(seed: int) -> jax.Array:
-    """``jax.random.PRNGKey(seed)`` (threefry: the words ``[0, seed]`` for a seed below
-    2**32, tested against it), built on the host: JAX builds it with two small programs
-    that a cold start compiles on the critical path (~0.13 s on a 2-core VM)."""
+def seed_words(seed: int) -> np.ndarray:
+    """``jax.random.PRNGKey(seed)``'s words on the host (threefry: ``[0, seed]`` for a seed
+    below 2**32, tested against it): JAX builds the key with two small programs that a cold
+    start compiles on the critical path (~0.13 s on a 2-core VM)."""
     if not 0 <= seed < 2**32 or jax.config.jax_default_prng_impl != "threefry2x32":
-        return jax.random.PRNGKey(seed)
-    return jax.device_put(np.array([0, seed], np.uint32))
+        return np.asarray(jax.random.PRNGKey(seed))
+    return np.array([0, seed], np.uint32)
+
+
+def seed_key(seed: int) -> jax.Array:
+    """``jax.random.PRNGKey(seed)``, placed as JAX places it, from :func:`seed_words`."""
+    return jax.device_put(seed_words(seed))
 
 
 def of_seed(seed_key: jax.Array) -> SeedKeys:

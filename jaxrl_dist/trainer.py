@@ -138,7 +138,7 @@ def _ready(*, config: Config, parts: _Parts, opened: _RunDir, resume: bool, prog
         raise
     pbt_key = None
     if parts.learner.pbt is not None:   # every driver compiles the round (Ready.exploit)
-        pbt_key = parts.layout.put(np.asarray(keys.seed_key(config.seed)),
+        pbt_key = parts.layout.put(keys.seed_words(config.seed),
                                    jax.sharding.PartitionSpec())
     reporter = _make_reporter(run_dir=opened.path, sizes=parts.sizes, progress=progress,
                               resume=resume, updates_done=ready.updates_done,
@@ -240,7 +240,7 @@ def _seed_keys(*, config: Config, layout: sharding.Layout,
     seed's key and nothing swept."""
     if not members:
         return keys.seed_key(config.seed), {}
-    member_keys = np.stack([np.asarray(keys.seed_key(m.seed)) for m in members])
+    member_keys = np.stack([keys.seed_words(m.seed) for m in members])
     return (layout.put(member_keys, layout.train),
             layout.put(population.hparams(config), layout.train))
 

@@ -54,10 +54,7 @@ class FusedDriver(Driver):
             def compile_eval():   # after the update's: beside it, it slowed the update's
                 for compiling in pending.values():
                     compiling.result()
-                if jax.process_count() == 1:   # beside training, not ahead of it (not in a
-                    # job: a killed worker's teardown would run at that priority too, and the
-                    # launcher names the failed rank by when each exits)
-                    compile_cache.compile_in_background()
+                compile_cache.compile_in_background()   # beside training, not ahead of it
                 return seconds.timed("evaluate", lowered_eval.compile, once)
             evaluate = Deferred(pool.submit(compile_eval))
             lowered_exploit = seconds.timed("pbt", lower_exploit, learner, abstract)
